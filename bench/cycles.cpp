@@ -1,0 +1,90 @@
+// bench/cycles: per-cycle wall time and residue of reclaim vs raw llama.cpp,
+// each side in its own child process, measured side by side in one run and
+// printed as ratios. Rounds alternate the sides so that a slow spell of the
+// machine falls on both.
+//
+//   build/bin/bench-cycles [-m MODEL] [--cycles 20] [--rounds 2] [--load-mode mmap]
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "audit/audit.h"
+#include "core/error.h"
+#include "core/heap.h"
+#include "core/size.h"
+#include "engine/test_model.h"
+
+using namespace reclaim;
+using namespace reclaim::audit;
+
+namespace {
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
+struct SideStats {
+  std::vector<double> seconds;  // every cycle but each child's first (cold caches)
+  int64_t worst_anon_residue = INT64_MIN;
+  int64_t anon_growth = 0;
+};
+
+void add(SideStats& s, const SideResult& r) {
+  for (size_t i = 1; i < r.cycles.size(); ++i) s.seconds.push_back(r.cycles[i].seconds);
+  for (size_t i = 0; i < r.cycles.size(); ++i) s.worst_anon_residue = std::max(s.worst_anon_residue, residue(r, i).anon);
+  s.anon_growth = std::max(s.anon_growth, residue(r, r.cycles.size() - 1).anon - residue(r, 0).anon);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  reexec_with_heap_tunables(argv);
+  if (argc == 4 && std::string(argv[1]) == "__audit-side") return audit_side_main(argv[2], argv[3]);
+  CLI::App app{"reclaim vs raw llama.cpp: load/use/free cycle time and residue"};
+  std::string model, load_mode = "mmap";
+  int cycles = 20, rounds = 2;
+  app.add_option("-m,--model", model, "GGUF model (default: the cached ~300 MiB bpe test model)");
+  app.add_option("--cycles", cycles, "cycles per child process")->capture_default_str();
+  app.add_option("--rounds", rounds, "alternating rounds of both sides")->capture_default_str();
+  app.add_option("--load-mode", load_mode)->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  try {
+    CycleOptions o;
+    o.model = model.empty() ? default_test_model() : model;
+    o.cycles = cycles;
+    o.load_mode = load_mode;
+    std::printf("model %s, load mode %s, %d cycles x %d rounds per side and scenario\n", o.model.c_str(),
+                load_mode.c_str(), cycles, rounds);
+    std::printf("%-18s %12s %12s %9s %16s %16s %14s %14s\n", "scenario", "raw ms", "reclaim ms", "ratio",
+                "raw residue", "reclaim residue", "raw growth", "reclaim growth");
+    for (Scenario sc : kAllScenarios) {
+      o.scenario = sc;
+      SideStats raw, rec;
+      for (int r = 0; r < rounds; ++r) {
+        // Alternate which side goes first.
+        if (r % 2 == 0) {
+          add(raw, run_side_in_child("raw", o));
+          add(rec, run_side_in_child("reclaim", o));
+        } else {
+          add(rec, run_side_in_child("reclaim", o));
+          add(raw, run_side_in_child("raw", o));
+        }
+      }
+      double mr = median(raw.seconds) * 1e3, mc = median(rec.seconds) * 1e3;
+      std::printf("%-18s %12.2f %12.2f %9.3f %16s %16s %14s %14s\n", scenario_name(sc), mr, mc, mr > 0 ? mc / mr : 0.0,
+                  format_bytes(raw.worst_anon_residue).c_str(), format_bytes(rec.worst_anon_residue).c_str(),
+                  format_bytes(raw.anon_growth).c_str(), format_bytes(rec.anon_growth).c_str());
+    }
+    std::printf("ratio = reclaim / raw median cycle time (target <= 1.05); residue = worst anon RSS residue of a cycle "
+                "(target <= 1 MiB for reclaim)\n");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench-cycles: %s\n", e.what());
+    return 2;
+  }
+  return 0;
+}

@@ -1,0 +1,89 @@
+// One side of an audit: load/use/free cycles of one scenario, measured with
+// the Usage probe at every phase. The reclaim side (cycles.cpp) goes through
+// scopes and typed owners; the raw side (raw_cycles.cpp) makes the same
+// llama.cpp calls by hand, as a program without reclaim would.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/usage.h"
+
+namespace reclaim::audit {
+
+enum class Scenario { load_free, load_prompt_free, load_abort };
+const char* scenario_name(Scenario s);
+Scenario scenario_from_name(const std::string& name);  // throws Error
+inline constexpr Scenario kAllScenarios[] = {Scenario::load_free, Scenario::load_prompt_free, Scenario::load_abort};
+
+struct CycleOptions {
+  std::string model;
+  Scenario scenario = Scenario::load_free;
+  int cycles = 3;
+  std::string load_mode = "mmap";
+  int n_ctx = 256;
+  int n_generate = 16;
+  int n_threads = 0;        // 0: all cores
+  float abort_at = 0.5f;    // load-abort: fraction of the load at which to stop
+  std::string test_leak;    // test-only: "heap", "fd" or "ledger" leaks on purpose each cycle
+};
+nlohmann::json to_json(const CycleOptions& o);
+CycleOptions cycle_options_from_json(const nlohmann::json& j);
+
+struct Sample {
+  double t = 0;  // seconds since the baseline
+  int cycle = 0;
+  std::string phase;
+  int64_t rss = 0, anon = 0;
+};
+
+struct CycleRecord {
+  Usage peak;    // field-wise maximum over the cycle's samples
+  Usage after;   // after everything of the cycle was released
+  double seconds = 0;
+  uint64_t ledger_live = 0;  // ledger entries left after the cycle
+  uint64_t ledger_bytes = 0;
+};
+
+struct SideResult {
+  std::string side;  // "reclaim" or "raw"
+  Usage start_before;
+  Usage baseline;
+  std::string warmed;
+  std::vector<CycleRecord> cycles;
+  std::vector<Sample> samples;
+  uint64_t failed_releases = 0;
+  std::vector<std::string> errors;
+};
+nlohmann::json to_json(const SideResult& r);
+SideResult side_result_from_json(const nlohmann::json& j);
+nlohmann::json to_json(const Usage& u);
+Usage usage_from_json(const nlohmann::json& j);
+
+// Collects samples and the peak of the cycle under way.
+class Recorder {
+ public:
+  explicit Recorder(SideResult& out) : out_(out) {}
+  void reserve(int cycles);
+  void set_baseline(const Usage& u);
+  void begin_cycle(int cycle);
+  void sample(const char* phase);
+  void end_cycle(uint64_t ledger_live, uint64_t ledger_bytes);
+
+ private:
+  SideResult& out_;
+  Usage peak_;
+  int cycle_ = 0;
+  double cycle_start_ = 0;
+};
+
+// The prompt decoded by load-prompt-free, the same on both sides.
+extern const char* const kAuditPrompt;
+
+SideResult run_reclaim_cycles(const CycleOptions& o);
+SideResult run_raw_cycles(const CycleOptions& o);
+
+}  // namespace reclaim::audit

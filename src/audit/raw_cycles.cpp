@@ -1,0 +1,113 @@
+// The raw side: the same cycles as cycles.cpp, written as a plain llama.cpp
+// program would write them (no scope, no ledger, no heap release), so that
+// the audit can show what reclaim changes. Only the probe is shared.
+#include <llama.h>
+
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "audit/cycles.h"
+#include "core/error.h"
+
+namespace reclaim::audit {
+
+namespace {
+
+void quiet_log(ggml_log_level, const char*, void*) {}
+
+struct AbortAt {
+  float at;
+  bool fired = false;
+};
+
+bool on_progress(float p, void* data) {
+  auto* a = static_cast<AbortAt*>(data);
+  if (p < a->at) return true;
+  a->fired = true;
+  return false;
+}
+
+llama_load_mode raw_load_mode(const std::string& m) {
+  if (m == "none") return LLAMA_LOAD_MODE_NONE;
+  if (m == "mlock") return LLAMA_LOAD_MODE_MLOCK;
+  if (m == "mmap-mlock") return LLAMA_LOAD_MODE_MMAP_MLOCK;
+  return LLAMA_LOAD_MODE_MMAP;
+}
+
+}  // namespace
+
+SideResult run_raw_cycles(const CycleOptions& o) {
+  SideResult out;
+  out.side = "raw";
+  out.start_before = Usage::capture();
+  llama_log_set(quiet_log, nullptr);
+  llama_backend_init();
+  out.warmed = "llama_backend_init";
+  Recorder rec(out);
+  rec.reserve(o.cycles);
+  rec.set_baseline(Usage::capture());
+  const int threads = o.n_threads > 0 ? o.n_threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+
+  for (int c = 0; c < o.cycles; ++c) {
+    rec.begin_cycle(c);
+    llama_model_params mp = llama_model_default_params();
+    mp.load_mode = raw_load_mode(o.load_mode);
+    AbortAt abort_at{o.scenario == Scenario::load_abort ? o.abort_at : 2.0f};
+    mp.progress_callback = on_progress;
+    mp.progress_callback_user_data = &abort_at;
+    llama_model* model = llama_model_load_from_file(o.model.c_str(), mp);
+    if (o.scenario == Scenario::load_abort) {
+      if (model) throw Error("raw load-abort: the load was not aborted");
+      rec.sample("aborted");
+    } else {
+      if (!model) throw Error("raw side: cannot load '" + o.model + "'");
+      rec.sample("loaded");
+    }
+    if (model && o.scenario == Scenario::load_prompt_free) {
+      llama_context_params cp = llama_context_default_params();
+      cp.n_ctx = static_cast<uint32_t>(o.n_ctx);
+      cp.n_batch = cp.n_ubatch = cp.n_ctx;
+      cp.n_threads = cp.n_threads_batch = threads;
+      llama_context* ctx = llama_init_from_model(model, cp);
+      if (!ctx) throw Error("raw side: cannot create a context");
+      const llama_vocab* vocab = llama_model_get_vocab(model);
+      std::vector<llama_token> tokens(static_cast<size_t>(o.n_ctx));
+      int n = llama_tokenize(vocab, kAuditPrompt, static_cast<int32_t>(std::strlen(kAuditPrompt)), tokens.data(),
+                             static_cast<int32_t>(tokens.size()), true, true);
+      llama_batch batch = llama_batch_init(o.n_ctx, 0, 1);
+      llama_sampler* chain = llama_sampler_chain_init(llama_sampler_chain_default_params());
+      llama_sampler_chain_add(chain, llama_sampler_init_greedy());
+      batch.n_tokens = n;
+      for (int i = 0; i < n; ++i) {
+        batch.token[i] = tokens[static_cast<size_t>(i)];
+        batch.pos[i] = i;
+        batch.n_seq_id[i] = 1;
+        batch.seq_id[i][0] = 0;
+        batch.logits[i] = i == n - 1;
+      }
+      if (llama_decode(ctx, batch) != 0) throw Error("raw side: llama_decode failed");
+      rec.sample("prompt");
+      int pos = n;
+      for (int i = 0; i < o.n_generate; ++i) {
+        llama_token t = llama_sampler_sample(chain, ctx, -1);
+        batch.n_tokens = 1;
+        batch.token[0] = t;
+        batch.pos[0] = pos++;
+        batch.n_seq_id[0] = 1;
+        batch.seq_id[0][0] = 0;
+        batch.logits[0] = true;
+        if (llama_decode(ctx, batch) != 0) throw Error("raw side: llama_decode failed");
+      }
+      rec.sample("generated");
+      llama_sampler_free(chain);
+      llama_batch_free(batch);
+      llama_free(ctx);
+    }
+    if (model) llama_model_free(model);
+    rec.end_cycle(0, 0);
+  }
+  return out;
+}
+
+}  // namespace reclaim::audit

@@ -1,0 +1,44 @@
+#include <cstdio>
+
+#include "cli/commands.h"
+#include "core/size.h"
+#include "engine/test_model.h"
+
+namespace reclaim::cli {
+
+Command add_make_test_model(CLI::App& app) {
+  auto* sub = app.add_subcommand("make-test-model", "write a deterministic random-weight llama GGUF for tests");
+  struct Args {
+    std::string out, vocab = "bpe", type = "f16", size;
+    int64_t embd = 0, layers = 0, ff = 0;
+    uint64_t seed = 1;
+  };
+  auto a = std::make_shared<Args>();
+  sub->add_option("--out,-o", a->out, "output file")->required();
+  sub->add_option("--vocab", a->vocab, "spm, bpe (qwen2) or a vocab GGUF file")->capture_default_str();
+  sub->add_option("--size", a->size, "target size, e.g. 300MiB (or give --embd and --layers)");
+  sub->add_option("--embd", a->embd, "embedding width (multiple of 64)");
+  sub->add_option("--layers", a->layers, "number of blocks");
+  sub->add_option("--ff", a->ff, "feed-forward width (default 8/3 of --embd)");
+  sub->add_option("--type", a->type, "f32, f16 or q8_0")->capture_default_str();
+  sub->add_option("--seed", a->seed, "weights seed")->capture_default_str();
+  return [a] {
+    TestModelSpec spec;
+    spec.vocab = a->vocab;
+    spec.type = a->type;
+    spec.size = a->size.empty() ? 0 : parse_size(a->size);
+    spec.n_embd = a->embd;
+    spec.n_layer = a->layers;
+    spec.n_ff = a->ff;
+    spec.seed = a->seed;
+    TestModelShape s = make_test_model(spec, a->out);
+    std::printf("%s: llama, vocab %lld, embd %lld, layers %lld, ff %lld, heads %lld/%lld kv, %s %s\n", a->out.c_str(),
+                static_cast<long long>(s.n_vocab), static_cast<long long>(s.n_embd),
+                static_cast<long long>(s.n_layer), static_cast<long long>(s.n_ff),
+                static_cast<long long>(s.n_head), static_cast<long long>(s.n_head_kv), a->type.c_str(),
+                format_bytes(s.bytes).c_str());
+    return 0;
+  };
+}
+
+}  // namespace reclaim::cli

@@ -1,0 +1,93 @@
+#include "core/heap.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <string_view>
+
+#include <unistd.h>
+
+extern char** environ;
+
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
+namespace reclaim {
+
+namespace {
+std::atomic<bool>& enabled_flag() {
+  static std::atomic<bool> on = [] {
+    const char* v = std::getenv("RECLAIM_HEAP_RELEASE");
+    return !(v && std::strcmp(v, "none") == 0);
+  }();
+  return on;
+}
+}  // namespace
+
+HeapStats heap_stats() {
+  HeapStats s;
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
+  struct mallinfo2 mi = mallinfo2();
+  s.arena = mi.arena + mi.hblkhd;
+  s.in_use = mi.uordblks + mi.hblkhd;
+  s.free = mi.fordblks;
+#endif
+  return s;
+}
+
+void release_free_heap() {
+#if defined(__GLIBC__)
+  if (enabled_flag().load(std::memory_order_relaxed)) malloc_trim(0);
+#endif
+}
+
+namespace {
+constexpr const char* kTunable = "glibc.malloc.tcache_count=0";
+constexpr const char* kSavedVar = "RECLAIM_ORIGINAL_GLIBC_TUNABLES";
+}  // namespace
+
+bool heap_tunables_active() {
+  const char* t = std::getenv("GLIBC_TUNABLES");
+  return t && std::strstr(t, kTunable) != nullptr;
+}
+
+void reexec_with_heap_tunables(char** argv) {
+#if defined(__GLIBC__)
+  if (heap_tunables_active()) return;
+  const char* no = std::getenv("RECLAIM_NO_REEXEC");
+  if (no && std::strcmp(no, "1") == 0) return;
+  const char* old = std::getenv("GLIBC_TUNABLES");
+  std::string value = old && *old ? std::string(old) + ":" + kTunable : kTunable;
+  // "-" marks "was unset", so that the raw side can be given exactly that.
+  ::setenv(kSavedVar, old ? old : "-", 1);
+  ::setenv("GLIBC_TUNABLES", value.c_str(), 1);
+  ::execv("/proc/self/exe", argv);
+  // exec failed: run on with glibc's defaults, undoing the change.
+  if (old) ::setenv("GLIBC_TUNABLES", old, 1);
+  else ::unsetenv("GLIBC_TUNABLES");
+  ::unsetenv(kSavedVar);
+#else
+  (void)argv;
+#endif
+}
+
+std::vector<std::string> original_environment() {
+  std::vector<std::string> env;
+  const char* saved = std::getenv(kSavedVar);
+  for (char** e = environ; *e; ++e) {
+    std::string_view kv(*e);
+    if (saved && kv.substr(0, 15) == "GLIBC_TUNABLES=") continue;
+    if (kv.substr(0, std::strlen(kSavedVar) + 1) == std::string(kSavedVar) + "=") continue;
+    env.emplace_back(kv);
+  }
+  if (saved && std::strcmp(saved, "-") != 0) env.push_back(std::string("GLIBC_TUNABLES=") + saved);
+  // The raw side must not re-exec either.
+  env.push_back("RECLAIM_NO_REEXEC=1");
+  return env;
+}
+
+bool heap_release_enabled() { return enabled_flag().load(); }
+void set_heap_release_enabled(bool on) { enabled_flag().store(on); }
+
+}  // namespace reclaim

@@ -1,0 +1,167 @@
+#include "engine/owners.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+
+#include <ggml-cpu.h>
+
+#include "core/usage.h"
+#include "engine/runtime.h"
+
+namespace reclaim {
+
+LoadMode load_mode_from_name(const std::string& name) {
+  if (name == "mmap") return LoadMode::mmap;
+  if (name == "none") return LoadMode::none;
+  if (name == "mlock") return LoadMode::mlock;
+  if (name == "mmap-mlock") return LoadMode::mmap_mlock;
+  throw Error("unknown load mode '" + name + "' (use mmap, none, mlock or mmap-mlock)");
+}
+
+const char* load_mode_name(LoadMode mode) {
+  switch (mode) {
+    case LoadMode::mmap: return "mmap";
+    case LoadMode::none: return "none";
+    case LoadMode::mlock: return "mlock";
+    case LoadMode::mmap_mlock: return "mmap-mlock";
+  }
+  return "?";
+}
+
+void check_model_file(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    throw Error("model file '" + path + "': " + std::strerror(errno));
+  }
+  if (S_ISDIR(st.st_mode)) throw Error("model file '" + path + "' is a directory, not a GGUF file");
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rb"), std::fclose);
+  if (!f) throw Error("model file '" + path + "' cannot be opened: " + std::strerror(errno));
+  char magic[4] = {};
+  size_t got = std::fread(magic, 1, 4, f.get());
+  if (got < 4) {
+    throw Error("model file '" + path + "' is " + std::to_string(st.st_size) + " bytes long, too short for a GGUF header");
+  }
+  if (std::memcmp(magic, "GGUF", 4) != 0) {
+    char shown[32];
+    std::snprintf(shown, sizeof shown, "%02x %02x %02x %02x", static_cast<unsigned char>(magic[0]),
+                  static_cast<unsigned char>(magic[1]), static_cast<unsigned char>(magic[2]),
+                  static_cast<unsigned char>(magic[3]));
+    throw Error("model file '" + path + "' is not a GGUF file (starts with bytes " + shown + ", expected 'GGUF')");
+  }
+}
+
+namespace {
+
+struct ProgressState {
+  const std::function<bool(float)>* fn;
+  float aborted_at = -1;
+};
+
+bool on_progress(float p, void* data) {
+  auto* st = static_cast<ProgressState*>(data);
+  if ((*st->fn)(p)) return true;
+  st->aborted_at = p;
+  return false;
+}
+
+std::string base_name(const std::string& path) {
+  size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+int64_t allocated(const Usage& u) { return u.heap_in_use + u.device_used; }
+
+}  // namespace
+
+Owned<llama_model> load_model(Scope& scope, const ModelLoad& load) {
+  check_model_file(load.path);
+  Scope::Slot slot = scope.reserve(Kind::model, base_name(load.path));
+
+  llama_model_params mp = llama_model_default_params();
+  switch (load.mode) {
+    case LoadMode::mmap: mp.load_mode = LLAMA_LOAD_MODE_MMAP; break;
+    case LoadMode::none: mp.load_mode = LLAMA_LOAD_MODE_NONE; break;
+    case LoadMode::mlock: mp.load_mode = LLAMA_LOAD_MODE_MLOCK; break;
+    case LoadMode::mmap_mlock: mp.load_mode = LLAMA_LOAD_MODE_MMAP_MLOCK; break;
+  }
+  mp.n_gpu_layers = load.n_gpu_layers;
+  ProgressState progress{&load.progress};
+  if (load.progress) {
+    mp.progress_callback = on_progress;
+    mp.progress_callback_user_data = &progress;
+  }
+  take_llama_errors();
+  llama_model* model = llama_model_load_from_file(load.path.c_str(), mp);
+  if (!model) {
+    std::string why = take_llama_errors();
+    if (progress.aborted_at >= 0) {
+      throw LoadAborted("load of '" + load.path + "' aborted at " +
+                        std::to_string(static_cast<int>(std::lround(progress.aborted_at * 100))) + "%");
+    }
+    throw Error("cannot load model '" + load.path + "': " + (why.empty() ? "llama.cpp gave no reason" : why));
+  }
+  CleanupId id = slot.arm(llama_model_size(model), [model] { llama_model_free(model); });
+  return {model, &scope, id};
+}
+
+Owned<llama_context> new_context(Scope& scope, llama_model* model, const llama_context_params& params) {
+  // The context's own worker threads: created once here rather than for every
+  // graph (ggml's default without a pool), and joined when the context goes.
+  // Registered before the context so that the context is freed first.
+  ggml_threadpool* pool = nullptr;
+  const int n_threads = std::max(params.n_threads, params.n_threads_batch);
+  if (n_threads > 1) {
+    Scope::Slot pool_slot = scope.reserve(Kind::thread, "threadpool n=" + std::to_string(n_threads));
+    ggml_threadpool_params tpp = ggml_threadpool_params_default(n_threads);
+    pool = ggml_threadpool_new(&tpp);
+    if (!pool) throw Error("cannot start a pool of " + std::to_string(n_threads) + " threads");
+    pool_slot.arm(0, [pool] { ggml_threadpool_free(pool); });
+  }
+  Scope::Slot slot = scope.reserve(Kind::context, "n_ctx=" + std::to_string(params.n_ctx));
+  // The context's buffers come from the heap (CPU) or the device; the
+  // difference around creation is what it took.
+  Usage before = Usage::capture();
+  take_llama_errors();
+  llama_context* ctx = llama_init_from_model(model, params);
+  if (!ctx) {
+    std::string why = take_llama_errors();
+    throw Error("cannot create a context of " + std::to_string(params.n_ctx) +
+                " tokens: " + (why.empty() ? "llama.cpp gave no reason" : why));
+  }
+  if (pool) llama_attach_threadpool(ctx, pool, pool);
+  int64_t bytes = allocated(Usage::capture()) - allocated(before);
+  CleanupId id = slot.arm(bytes > 0 ? static_cast<uint64_t>(bytes) : 0, [ctx] { llama_free(ctx); });
+  return {ctx, &scope, id};
+}
+
+Owned<llama_batch> new_batch(Scope& scope, int32_t n_tokens, int32_t n_seq_max) {
+  Scope::Slot slot = scope.reserve(Kind::batch, "n_tokens=" + std::to_string(n_tokens));
+  auto batch = std::make_unique<llama_batch>(llama_batch_init(n_tokens, 0, n_seq_max));
+  if (!batch->token) throw Error("cannot allocate a batch of " + std::to_string(n_tokens) + " tokens");
+  // token, pos, n_seq_id, seq_id (n_tokens+1 pointers, each to n_seq_max ids), logits
+  uint64_t bytes = static_cast<uint64_t>(n_tokens) *
+                   (sizeof(llama_token) + sizeof(llama_pos) + sizeof(int32_t) + sizeof(int8_t) +
+                    sizeof(llama_seq_id*) + sizeof(llama_seq_id) * static_cast<uint64_t>(n_seq_max));
+  llama_batch* raw = batch.release();
+  CleanupId id = slot.arm(bytes, [raw] {
+    llama_batch_free(*raw);
+    delete raw;
+  });
+  return {raw, &scope, id};
+}
+
+Owned<llama_sampler> new_sampler_chain(Scope& scope, std::string label) {
+  Scope::Slot slot = scope.reserve(Kind::sampler, std::move(label));
+  llama_sampler* chain = llama_sampler_chain_init(llama_sampler_chain_default_params());
+  if (!chain) throw Error("cannot create a sampler chain");
+  CleanupId id = slot.arm(0, [chain] { llama_sampler_free(chain); });
+  return {chain, &scope, id};
+}
+
+}  // namespace reclaim

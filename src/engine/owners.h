@@ -1,0 +1,68 @@
+// Typed owners for llama.cpp objects. Each constructor acquires the object
+// into a Scope (reserve, acquire, arm), so no llama object exists that is not
+// on the ledger, and each is freed by the one cleanup written here for its
+// type (as llamafile's cleanup_llama_* and llama-cpp.h's deleters do).
+#pragma once
+
+#include <llama.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "core/error.h"
+#include "core/scope.h"
+
+namespace reclaim {
+
+// A handle to an object that a Scope owns. Copyable; the scope frees the
+// object on close, or earlier through release().
+template <class T>
+class Owned {
+ public:
+  Owned() = default;
+  Owned(T* ptr, Scope* scope, CleanupId id) : ptr_(ptr), scope_(scope), id_(id) {}
+  T* get() const { return ptr_; }
+  explicit operator bool() const { return ptr_ != nullptr; }
+  CleanupId id() const { return id_; }
+  // Frees now; the scope will not free it again.
+  void release() {
+    if (scope_ && id_) scope_->release(id_);
+    ptr_ = nullptr;
+    id_ = 0;
+  }
+
+ private:
+  T* ptr_ = nullptr;
+  Scope* scope_ = nullptr;
+  CleanupId id_ = 0;
+};
+
+enum class LoadMode { mmap, none, mlock, mmap_mlock };
+LoadMode load_mode_from_name(const std::string& name);  // throws Error
+const char* load_mode_name(LoadMode mode);
+
+struct ModelLoad {
+  std::string path;
+  LoadMode mode = LoadMode::mmap;
+  int32_t n_gpu_layers = -1;  // all layers on the accelerator, when there is one
+  // Called with 0..1; returning false aborts the load.
+  std::function<bool(float)> progress;
+};
+
+// The load was stopped by its progress callback; nothing of it is left.
+class LoadAborted : public Error {
+ public:
+  using Error::Error;
+};
+
+// Checks that `path` is a readable GGUF file before llama.cpp sees it, so that
+// the error names the real problem (missing, a directory, not GGUF, empty).
+void check_model_file(const std::string& path);
+
+Owned<llama_model> load_model(Scope& scope, const ModelLoad& load);
+Owned<llama_context> new_context(Scope& scope, llama_model* model, const llama_context_params& params);
+Owned<llama_batch> new_batch(Scope& scope, int32_t n_tokens, int32_t n_seq_max);
+Owned<llama_sampler> new_sampler_chain(Scope& scope, std::string label);
+
+}  // namespace reclaim

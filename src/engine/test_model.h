@@ -1,0 +1,42 @@
+// Deterministic random-weight llama-architecture GGUF files for tests and
+// benchmarks: the same options give the same bytes. They carry a real
+// tokenizer (from the vocab GGUFs that ship in llama.cpp's models/ folder),
+// so they load, tokenize and generate (noise) like any model.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace reclaim {
+
+struct TestModelSpec {
+  std::string vocab = "bpe";  // "spm", "bpe" or a path to a vocab GGUF
+  std::string type = "f16";   // f32, f16 or q8_0
+  int64_t size = 0;           // target file size in bytes; 0: use the shape below
+  int64_t n_embd = 0, n_layer = 0, n_ff = 0;
+  uint64_t seed = 1;
+  int64_t n_ctx_train = 4096;
+};
+
+struct TestModelShape {
+  int64_t n_vocab = 0, n_embd = 0, n_layer = 0, n_ff = 0, n_head = 0, n_head_kv = 0;
+  int64_t bytes = 0;  // tensor data
+};
+
+// The vocab GGUF that `vocab` names: "spm" and "bpe" are looked up in
+// RECLAIM_VOCAB_DIR, else the llama.cpp models/ folder this build was set up with.
+std::string vocab_file(const std::string& vocab);
+
+// Shape that a spec resolves to (reads the vocab size from the vocab file).
+TestModelShape test_model_shape(const TestModelSpec& spec);
+
+// Writes the model to `out` (via a temporary file, renamed at the end, so an
+// interrupted write never leaves a truncated model under that name).
+TestModelShape make_test_model(const TestModelSpec& spec, const std::string& out);
+
+// The model `reclaim audit` and `reclaim run` use when none is given: a
+// ~300 MiB f16 model with the qwen2 bpe vocab, made once in the cache.
+std::string default_test_model();
+std::string cache_dir();
+
+}  // namespace reclaim

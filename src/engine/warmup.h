@@ -1,0 +1,14 @@
+// One-time global state of llama.cpp that reclaim builds at start-up, before
+// the baseline, so that the first model's load does not look like a leak.
+#pragma once
+
+namespace reclaim {
+
+// llama.cpp's unicode tables (src/unicode.cpp: the code-point flags of all
+// 0x110000 code points, 2.2 MiB, and the byte<->UTF-8 maps) are function-local
+// statics built by the first BPE tokenization and kept until exit. They are
+// built here by loading a 256-token byte-level BPE vocab from memory and
+// tokenizing with it. Throws Error if llama.cpp refuses the vocab.
+void warm_tokenizer_tables();
+
+}  // namespace reclaim

@@ -3,7 +3,7 @@
 // printed as ratios. Rounds alternate the sides so that a slow spell of the
 // machine falls on both.
 //
-//   build/bin/bench-cycles [-m MODEL] [--cycles 20] [--rounds 2] [--load-mode mmap]
+//   build/bin/bench-cycles [-m MODEL] [--cycles 20] [--rounds 4] [--load-mode mmap]
 #include <algorithm>
 #include <cstdio>
 #include <string>
@@ -47,7 +47,7 @@ int main(int argc, char** argv) {
   if (argc == 4 && std::string(argv[1]) == "__audit-side") return audit_side_main(argv[2], argv[3]);
   CLI::App app{"reclaim vs raw llama.cpp: load/use/free cycle time and residue"};
   std::string model, load_mode = "mmap";
-  int cycles = 20, rounds = 2;
+  int cycles = 20, rounds = 4;
   app.add_option("-m,--model", model, "GGUF model (default: the cached ~300 MiB bpe test model)");
   app.add_option("--cycles", cycles, "cycles per child process")->capture_default_str();
   app.add_option("--rounds", rounds, "alternating rounds of both sides")->capture_default_str();

@@ -1,4 +1,5 @@
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -6,6 +7,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/heap.h"
+#include "core/ledger.h"
 
 int main(int argc, char** argv) {
   reclaim::reexec_with_heap_tunables(argv);
@@ -16,6 +18,8 @@ int main(int argc, char** argv) {
   }
   CLI::App app{"reclaim: an LLM runtime that gives back everything it takes"};
   app.require_subcommand(1);
+  bool log_resources = false;
+  app.add_flag("--log-resources", log_resources, "every acquire and release as one JSON line on stderr (RECLAIM_LOG=resources)");
   std::vector<std::pair<CLI::App*, reclaim::cli::Command>> commands;
   auto add = [&](reclaim::cli::Command (*fn)(CLI::App&)) {
     size_t before = app.get_subcommands({}).size();
@@ -28,6 +32,11 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
+  }
+  if (log_resources) {
+    // Children (the audit's sides) read it from the environment.
+    ::setenv("RECLAIM_LOG", "resources", 1);
+    reclaim::Ledger::process().set_log(stderr);
   }
   try {
     for (auto& [sub, run] : commands) {

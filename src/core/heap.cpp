@@ -43,13 +43,18 @@ void release_free_heap() {
 }
 
 namespace {
-constexpr const char* kTunable = "glibc.malloc.tcache_count=0";
+// See heap.h for why each one.
+constexpr const char* kTunables[] = {"glibc.malloc.tcache_count=0", "glibc.malloc.arena_max=1"};
 constexpr const char* kSavedVar = "RECLAIM_ORIGINAL_GLIBC_TUNABLES";
 }  // namespace
 
 bool heap_tunables_active() {
   const char* t = std::getenv("GLIBC_TUNABLES");
-  return t && std::strstr(t, kTunable) != nullptr;
+  if (!t) return false;
+  for (const char* k : kTunables) {
+    if (!std::strstr(t, k)) return false;
+  }
+  return true;
 }
 
 void reexec_with_heap_tunables(char** argv) {
@@ -58,7 +63,11 @@ void reexec_with_heap_tunables(char** argv) {
   const char* no = std::getenv("RECLAIM_NO_REEXEC");
   if (no && std::strcmp(no, "1") == 0) return;
   const char* old = std::getenv("GLIBC_TUNABLES");
-  std::string value = old && *old ? std::string(old) + ":" + kTunable : kTunable;
+  std::string value = old && *old ? old : "";
+  for (const char* k : kTunables) {
+    if (!value.empty()) value += ":";
+    value += k;
+  }
   // "-" marks "was unset", so that the raw side can be given exactly that.
   ::setenv(kSavedVar, old ? old : "-", 1);
   ::setenv("GLIBC_TUNABLES", value.c_str(), 1);

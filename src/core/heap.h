@@ -11,10 +11,25 @@
 // size outside the heap's free lists, where malloc_trim cannot see them; each
 // pins its page. Measured with `reclaim audit` on a 32k-vocab model over 20
 // load-prompt-free cycles: anon residue grows 180 -> 300 KiB with it, stays at
-// 68 KiB without it, and cycle time does not change. Tunables are read only
-// when a process starts, so the CLI re-executes itself once with
-// GLIBC_TUNABLES=glibc.malloc.tcache_count=0; a program that links libreclaim
-// sets it in its own environment.
+// 68 KiB without it, and cycle time does not change.
+//
+// arena_max=1 keeps every thread on the main heap: glibc gives a thread that
+// allocates its own arena, a 64 MiB reserved mapping that is never unmapped,
+// and that malloc_trim can shrink but not remove. With the cache off, one
+// lock is all that threads contend on, and ggml's workers hardly allocate.
+//
+// Giving the heap back has a price, paid at the next load, which faults every
+// page in again: ~14 us a 4 KiB page on the VM where this was measured, so a
+// cycle of the 300 MiB bpe model takes 14,000 faults and ~530 ms against raw
+// llama.cpp's ~2,900 faults and ~330 ms (bench/cycles). Transparent huge
+// pages for the heap (glibc.malloc.hugetlb=1, top_pad=32 MiB) cut that to
+// ~2,000 faults and ~400 ms, but were rejected: with 2 MiB pages the residue
+// after a release swung between -1.2 and +1.4 MiB from run to run and the
+// baseline grew by 2-10 MiB, so "back to the baseline" could not be checked.
+//
+// Tunables are read only when a process starts, so the CLI re-executes itself
+// once with them in GLIBC_TUNABLES; a program that links libreclaim sets them
+// in its own environment.
 #pragma once
 
 #include <cstdint>

@@ -11,6 +11,7 @@
 
 #include <ggml-cpu.h>
 
+#include "core/locked.h"
 #include "core/usage.h"
 #include "engine/runtime.h"
 
@@ -96,6 +97,9 @@ Owned<llama_model> load_model(Scope& scope, const ModelLoad& load) {
     mp.progress_callback = on_progress;
     mp.progress_callback_user_data = &progress;
   }
+  const bool locks = load.mode == LoadMode::mlock || load.mode == LoadMode::mmap_mlock;
+  std::vector<AddressRange> locked_before;
+  if (locks) locked_before = locked_ranges();
   take_llama_errors();
   llama_model* model = llama_model_load_from_file(load.path.c_str(), mp);
   if (!model) {
@@ -106,7 +110,13 @@ Owned<llama_model> load_model(Scope& scope, const ModelLoad& load) {
     }
     throw Error("cannot load model '" + load.path + "': " + (why.empty() ? "llama.cpp gave no reason" : why));
   }
-  CleanupId id = slot.arm(llama_model_size(model), [model] { llama_model_free(model); });
+  // What this load locked; see core/locked.h for why it is kept.
+  std::vector<AddressRange> model_locks;
+  if (locks) model_locks = ranges_added(locked_before, locked_ranges());
+  CleanupId id = slot.arm(llama_model_size(model), [model, model_locks = std::move(model_locks)] {
+    llama_model_free(model);
+    unlock_remains(model_locks);
+  });
   return {model, &scope, id};
 }
 

@@ -30,12 +30,16 @@ double median(std::vector<double> v) {
 
 struct SideStats {
   std::vector<double> seconds;  // every cycle but each child's first (cold caches)
+  std::vector<double> faults;
   int64_t worst_anon_residue = INT64_MIN;
   int64_t anon_growth = 0;
 };
 
 void add(SideStats& s, const SideResult& r) {
-  for (size_t i = 1; i < r.cycles.size(); ++i) s.seconds.push_back(r.cycles[i].seconds);
+  for (size_t i = 1; i < r.cycles.size(); ++i) {
+    s.seconds.push_back(r.cycles[i].seconds);
+    s.faults.push_back(static_cast<double>(r.cycles[i].minor_faults));
+  }
   for (size_t i = 0; i < r.cycles.size(); ++i) s.worst_anon_residue = std::max(s.worst_anon_residue, residue(r, i).anon);
   s.anon_growth = std::max(s.anon_growth, residue(r, r.cycles.size() - 1).anon - residue(r, 0).anon);
 }
@@ -60,8 +64,8 @@ int main(int argc, char** argv) {
     o.load_mode = load_mode;
     std::printf("model %s, load mode %s, %d cycles x %d rounds per side and scenario\n", o.model.c_str(),
                 load_mode.c_str(), cycles, rounds);
-    std::printf("%-18s %12s %12s %9s %16s %16s %14s %14s\n", "scenario", "raw ms", "reclaim ms", "ratio",
-                "raw residue", "reclaim residue", "raw growth", "reclaim growth");
+    std::printf("%-18s %10s %11s %7s %11s %14s %13s %16s %11s %14s\n", "scenario", "raw ms", "reclaim ms", "ratio",
+                "raw faults", "reclaim faults", "raw residue", "reclaim residue", "raw growth", "reclaim growth");
     for (Scenario sc : kAllScenarios) {
       o.scenario = sc;
       SideStats raw, rec;
@@ -76,12 +80,13 @@ int main(int argc, char** argv) {
         }
       }
       double mr = median(raw.seconds) * 1e3, mc = median(rec.seconds) * 1e3;
-      std::printf("%-18s %12.2f %12.2f %9.3f %16s %16s %14s %14s\n", scenario_name(sc), mr, mc, mr > 0 ? mc / mr : 0.0,
+      std::printf("%-18s %10.1f %11.1f %7.3f %11.0f %14.0f %13s %16s %11s %14s\n", scenario_name(sc), mr, mc,
+                  mr > 0 ? mc / mr : 0.0, median(raw.faults), median(rec.faults),
                   format_bytes(raw.worst_anon_residue).c_str(), format_bytes(rec.worst_anon_residue).c_str(),
                   format_bytes(raw.anon_growth).c_str(), format_bytes(rec.anon_growth).c_str());
     }
-    std::printf("ratio = reclaim / raw median cycle time (target <= 1.05); residue = worst anon RSS residue of a cycle "
-                "(target <= 1 MiB for reclaim)\n");
+    std::printf("ratio = reclaim / raw median cycle time (target <= 1.05); faults = median minor page faults a cycle; "
+                "residue = worst anon RSS residue of a cycle (target <= 1 MiB for reclaim)\n");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench-cycles: %s\n", e.what());
     return 2;

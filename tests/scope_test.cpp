@@ -175,3 +175,29 @@ TEST(Scope, ResizeUpdatesLedger) {
   s.resize(id, 4096);
   EXPECT_EQ(ledger.totals().bytes, 4096u);
 }
+
+TEST(Scope, ArmThatCannotRecordReleasesAtOnce) {
+  Ledger ledger;
+  bool freed = false;
+  Scope s("s", {}, &ledger);
+  Scope::Slot slot = s.reserve(Kind::model, "m");
+  ledger.fail_next_acquires(1);
+  EXPECT_THROW(slot.arm(100, [&] { freed = true; }), std::bad_alloc);
+  EXPECT_TRUE(freed);
+  EXPECT_EQ(s.live_cleanups(), 0u);
+  EXPECT_EQ(ledger.totals().count, 0u);
+  // The scope still works afterwards.
+  s.add(Kind::other, "next", 0, [] {});
+  EXPECT_EQ(ledger.totals().count, 1u);
+}
+
+TEST(Scope, AddThatCannotRecordReleasesAtOnce) {
+  Ledger ledger;
+  int freed = 0;
+  Scope s("s", {}, &ledger);
+  ledger.fail_next_acquires(1);
+  EXPECT_THROW(s.add(Kind::fd, "f", 0, [&] { ++freed; }), std::bad_alloc);
+  EXPECT_EQ(freed, 1);
+  s.close();
+  EXPECT_EQ(freed, 1);
+}

@@ -1,6 +1,7 @@
 #include "audit/cycles.h"
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -44,8 +45,17 @@ void Recorder::reserve(int cycles) {
 
 void Recorder::set_baseline(const Usage& u) { out_.baseline = u; }
 
+namespace {
+int64_t minor_faults() {
+  struct rusage ru {};
+  ::getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_minflt;
+}
+}  // namespace
+
 void Recorder::begin_cycle(int cycle) {
   cycle_ = cycle;
+  faults_start_ = minor_faults();
   peak_ = Usage::capture();
   cycle_start_ = peak_.t;
 }
@@ -62,6 +72,7 @@ void Recorder::end_cycle(uint64_t ledger_live, uint64_t ledger_bytes) {
   rec.peak = max_of(peak_, after);
   rec.after = after;
   rec.seconds = after.t - cycle_start_;
+  rec.minor_faults = minor_faults() - faults_start_;
   rec.ledger_live = ledger_live;
   rec.ledger_bytes = ledger_bytes;
   out_.samples.push_back({after.t - out_.baseline.t, cycle_, "released", after.rss, after.anon});

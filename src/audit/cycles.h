@@ -44,6 +44,7 @@ struct CycleRecord {
   Usage peak;    // field-wise maximum over the cycle's samples
   Usage after;   // after everything of the cycle was released
   double seconds = 0;
+  int64_t minor_faults = 0;  // page faults taken during the cycle (getrusage)
   uint64_t ledger_live = 0;  // ledger entries left after the cycle
   uint64_t ledger_bytes = 0;
 };
@@ -78,6 +79,7 @@ class Recorder {
   Usage peak_;
   int cycle_ = 0;
   double cycle_start_ = 0;
+  int64_t faults_start_ = 0;
 };
 
 // The prompt decoded by load-prompt-free, the same on both sides.

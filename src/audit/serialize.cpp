@@ -52,6 +52,7 @@ nlohmann::json to_json(const SideResult& r) {
     cycles.push_back({{"peak", to_json(c.peak)},
                       {"after", to_json(c.after)},
                       {"seconds", c.seconds},
+                      {"minor_faults", c.minor_faults},
                       {"ledger_live", c.ledger_live},
                       {"ledger_bytes", c.ledger_bytes}});
   }
@@ -80,6 +81,7 @@ SideResult side_result_from_json(const nlohmann::json& j) {
     rec.peak = usage_from_json(c.at("peak"));
     rec.after = usage_from_json(c.at("after"));
     rec.seconds = c.value("seconds", 0.0);
+    rec.minor_faults = c.value("minor_faults", int64_t{0});
     rec.ledger_live = c.value("ledger_live", uint64_t{0});
     rec.ledger_bytes = c.value("ledger_bytes", uint64_t{0});
     r.cycles.push_back(rec);

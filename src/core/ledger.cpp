@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <new>
 
 #include <nlohmann/json.hpp>
 
@@ -18,6 +19,10 @@ Ledger& Ledger::process() {
 
 uint64_t Ledger::acquire(Kind kind, std::string owner, std::string label, uint64_t bytes) {
   std::lock_guard lock(mu_);
+  if (fail_acquires_ > 0) {
+    --fail_acquires_;
+    throw std::bad_alloc();
+  }
   uint64_t id = next_id_++;
   LedgerEntry& e = live_[id];
   e.id = id;
@@ -93,6 +98,11 @@ uint64_t Ledger::failed_releases() const {
 uint64_t Ledger::acquired_total() const {
   std::lock_guard lock(mu_);
   return next_id_ - 1;
+}
+
+void Ledger::fail_next_acquires(int n) {
+  std::lock_guard lock(mu_);
+  fail_acquires_ = n;
 }
 
 void Ledger::set_log(std::FILE* out) {

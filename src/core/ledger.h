@@ -56,6 +56,10 @@ class Ledger {
   // at start-up by RECLAIM_LOG=resources.
   void set_log(std::FILE* out);
 
+  // Test-only: the next `n` acquires throw std::bad_alloc, as an exhausted
+  // allocator would, so that the paths that must survive it can be tested.
+  void fail_next_acquires(int n);
+
  private:
   void log_event(const char* event, const LedgerEntry& e, bool failed) const;
 
@@ -63,6 +67,7 @@ class Ledger {
   std::map<uint64_t, LedgerEntry> live_;
   uint64_t next_id_ = 1;
   uint64_t failed_ = 0;
+  int fail_acquires_ = 0;
   std::FILE* log_ = nullptr;
 };
 

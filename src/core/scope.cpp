@@ -72,27 +72,28 @@ Scope::Slot::~Slot() {
   scope_->cleanups_.erase(it_);
 }
 
-CleanupId Scope::Slot::arm(uint64_t bytes, std::function<void()> release) noexcept {
+CleanupId Scope::Slot::arm(uint64_t bytes, std::function<void()> release) {
   Scope* s = std::exchange(scope_, nullptr);
-  if (!s) return 0;
-  // The ledger insert can throw bad_alloc; then the release runs at once
-  // rather than being lost, and the caller sees a resource that is gone.
+  if (!s) throw std::logic_error("Scope::Slot armed twice");
+  // The ledger insert is the one step here that can fail (bad_alloc); then the
+  // resource is released at once and the error goes on, so that no resource
+  // exists unrecorded and no caller holds a pointer to one already freed.
+  uint64_t ledger_id;
   try {
-    uint64_t ledger_id = s->ledger_->acquire(it_->kind, s->path_, it_->label, bytes);
-    std::lock_guard lock(s->mu_);
-    it_->ledger_id = ledger_id;
-    it_->release = std::move(release);
-    it_->armed = true;
-    return it_->id;
+    ledger_id = s->ledger_->acquire(it_->kind, s->path_, it_->label, bytes);
   } catch (...) {
-    try {
-      release();
-    } catch (...) {
+    {
+      std::lock_guard lock(s->mu_);
+      s->cleanups_.erase(it_);
     }
-    std::lock_guard lock(s->mu_);
-    s->cleanups_.erase(it_);
-    return 0;
+    release();
+    throw;
   }
+  std::lock_guard lock(s->mu_);
+  it_->ledger_id = ledger_id;
+  it_->release = std::move(release);
+  it_->armed = true;
+  return it_->id;
 }
 
 void Scope::run(Cleanup& c) noexcept {

@@ -8,7 +8,7 @@
 // Acquire in three steps so that nothing exists without a registered release:
 //   auto slot = scope.reserve(Kind::model, "qwen.gguf");  // may throw; nothing held yet
 //   llama_model* m = llama_model_load_from_file(...);       // acquire
-//   slot.arm(bytes, [m] { llama_model_free(m); });          // noexcept
+//   slot.arm(bytes, [m] { llama_model_free(m); });          // releases m if it throws
 //
 // Threads: every member is safe to call concurrently, but a child scope object
 // must not be destroyed while its parent is closing it; whoever shares a scope
@@ -113,8 +113,10 @@ class [[nodiscard]] Scope::Slot {
   Slot& operator=(Slot&&) = delete;
   ~Slot();
 
-  // Hands the release to the scope and puts the resource on the ledger.
-  CleanupId arm(uint64_t bytes, std::function<void()> release) noexcept;
+  // Hands the release to the scope and puts the resource on the ledger. If
+  // the ledger cannot record it, `release` runs at once and the error is
+  // rethrown: a resource never exists unrecorded.
+  CleanupId arm(uint64_t bytes, std::function<void()> release);
 
  private:
   friend class Scope;

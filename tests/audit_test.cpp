@@ -8,6 +8,7 @@
 #include <array>
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -191,4 +192,33 @@ TEST(Audit, PlotIsAnSvg) {
   std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   EXPECT_EQ(text.rfind("<svg", 0), 0u);
   EXPECT_NE(text.find("polyline"), std::string::npos);
+}
+
+TEST(Audit, LogResourcesPrintsEveryAcquireAndRelease) {
+  Result r = run("--log-resources audit -m " + spm() + " --scenario load-prompt-free --cycles 1");
+  ASSERT_EQ(r.status, 0) << r.out;
+  int acquires = 0, releases = 0;
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty() || line[0] != '{') continue;  // the table is on the same stream
+    nlohmann::json j = nlohmann::json::parse(line);
+    if (j["event"] == "acquire") ++acquires;
+    if (j["event"] == "release") ++releases;
+    EXPECT_TRUE(j.contains("owner"));
+  }
+  // model, threadpool, context, batch, sampler: each acquired and released once.
+  EXPECT_EQ(acquires, 5) << r.out;
+  EXPECT_EQ(releases, acquires);
+}
+
+TEST(MakeTestModel, BadArgumentsAreClearErrors) {
+  Result r = run("make-test-model --out " + ::testing::TempDir() + "/x.gguf --vocab spm --embd 100 --layers 1");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.out.find("multiple of 64"), std::string::npos) << r.out;
+  r = run("make-test-model --out " + ::testing::TempDir() + "/x.gguf --vocab spm --size 12parsecs");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.out.find("unknown unit"), std::string::npos) << r.out;
+  r = run("make-test-model --out /nonexistent-dir/x.gguf --vocab spm --embd 64 --layers 1");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.out.find("/nonexistent-dir/x.gguf"), std::string::npos) << r.out;
 }

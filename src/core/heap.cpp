@@ -1,6 +1,5 @@
 #include "core/heap.h"
 
-#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
@@ -16,8 +15,9 @@ extern char** environ;
 namespace reclaim {
 
 namespace {
-std::atomic<bool>& enabled_flag() {
-  static std::atomic<bool> on = [] {
+// RECLAIM_HEAP_RELEASE=none turns the release off, to measure what it does.
+bool release_enabled() {
+  static const bool on = [] {
     const char* v = std::getenv("RECLAIM_HEAP_RELEASE");
     return !(v && std::strcmp(v, "none") == 0);
   }();
@@ -38,7 +38,7 @@ HeapStats heap_stats() {
 
 void release_free_heap() {
 #if defined(__GLIBC__)
-  if (enabled_flag().load(std::memory_order_relaxed)) malloc_trim(0);
+  if (release_enabled()) malloc_trim(0);
 #endif
 }
 
@@ -48,6 +48,7 @@ constexpr const char* kTunables[] = {"glibc.malloc.tcache_count=0", "glibc.mallo
 constexpr const char* kSavedVar = "RECLAIM_ORIGINAL_GLIBC_TUNABLES";
 }  // namespace
 
+namespace {
 bool heap_tunables_active() {
   const char* t = std::getenv("GLIBC_TUNABLES");
   if (!t) return false;
@@ -56,6 +57,7 @@ bool heap_tunables_active() {
   }
   return true;
 }
+}  // namespace
 
 void reexec_with_heap_tunables(char** argv) {
 #if defined(__GLIBC__)
@@ -96,7 +98,5 @@ std::vector<std::string> original_environment() {
   return env;
 }
 
-bool heap_release_enabled() { return enabled_flag().load(); }
-void set_heap_release_enabled(bool on) { enabled_flag().store(on); }
 
 }  // namespace reclaim

@@ -49,13 +49,10 @@ HeapStats heap_stats();
 // Returns freed heap to the OS; a no-op where the allocator is not glibc's.
 // Off when RECLAIM_HEAP_RELEASE=none, so its effect can be measured.
 void release_free_heap();
-bool heap_release_enabled();
-void set_heap_release_enabled(bool on);
 
 // Re-executes this program with the allocator tunables above unless they are
 // already set (or RECLAIM_NO_REEXEC=1). Returns only when no re-exec happened.
 void reexec_with_heap_tunables(char** argv);
-bool heap_tunables_active();
 // The environment as it was before reexec_with_heap_tunables, for a child
 // that must run as a plain program would (the audit's raw side).
 std::vector<std::string> original_environment();

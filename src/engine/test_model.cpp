@@ -292,11 +292,9 @@ std::string cache_dir() {
 
 std::string default_test_model() {
   std::string dir = cache_dir() + "/models";
-  std::string cmd_dir = dir;
-  // mkdir -p
-  for (size_t i = 1; i <= cmd_dir.size(); ++i) {
-    if (i == cmd_dir.size() || cmd_dir[i] == '/') {
-      std::string part = cmd_dir.substr(0, i);
+  for (size_t i = 1; i <= dir.size(); ++i) {  // mkdir -p
+    if (i == dir.size() || dir[i] == '/') {
+      std::string part = dir.substr(0, i);
       if (::mkdir(part.c_str(), 0755) != 0 && errno != EEXIST) {
         throw Error("cannot create cache folder '" + part + "': " + std::strerror(errno));
       }

@@ -1,8 +1,9 @@
 // One snapshot of what this process holds, read from /proc/self, the heap
 // allocator and the accelerator devices, and the difference of two.
 //
-// The probe itself allocates nothing on the heap and opens one fd at a time,
-// closed before it returns, so measuring does not move what it measures.
+// The probe reads /proc through stack buffers, allocating on the heap only for
+// the list of accelerator devices, and opens one fd at a time, closed before it
+// returns, so that measuring hardly moves what it measures.
 #pragma once
 
 #include <cstdint>

@@ -23,6 +23,19 @@ bool release_enabled() {
   }();
   return on;
 }
+
+// See heap.h for why each one.
+constexpr const char* kTunables[] = {"glibc.malloc.tcache_count=0", "glibc.malloc.arena_max=1"};
+constexpr const char* kSavedVar = "RECLAIM_ORIGINAL_GLIBC_TUNABLES";
+
+bool heap_tunables_active() {
+  const char* t = std::getenv("GLIBC_TUNABLES");
+  if (!t) return false;
+  for (const char* k : kTunables) {
+    if (!std::strstr(t, k)) return false;
+  }
+  return true;
+}
 }  // namespace
 
 HeapStats heap_stats() {
@@ -41,23 +54,6 @@ void release_free_heap() {
   if (release_enabled()) malloc_trim(0);
 #endif
 }
-
-namespace {
-// See heap.h for why each one.
-constexpr const char* kTunables[] = {"glibc.malloc.tcache_count=0", "glibc.malloc.arena_max=1"};
-constexpr const char* kSavedVar = "RECLAIM_ORIGINAL_GLIBC_TUNABLES";
-}  // namespace
-
-namespace {
-bool heap_tunables_active() {
-  const char* t = std::getenv("GLIBC_TUNABLES");
-  if (!t) return false;
-  for (const char* k : kTunables) {
-    if (!std::strstr(t, k)) return false;
-  }
-  return true;
-}
-}  // namespace
 
 void reexec_with_heap_tunables(char** argv) {
 #if defined(__GLIBC__)
@@ -97,6 +93,5 @@ std::vector<std::string> original_environment() {
   env.push_back("RECLAIM_NO_REEXEC=1");
   return env;
 }
-
 
 }  // namespace reclaim

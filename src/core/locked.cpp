@@ -1,30 +1,24 @@
 #include "core/locked.h"
 
-#include <fcntl.h>
 #include <sys/mman.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
 
+#include "core/proc_lines.h"
+
 namespace reclaim {
 
 std::vector<AddressRange> locked_ranges() {
   std::vector<AddressRange> out;
-  int fd = ::open("/proc/self/smaps", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return out;
-  char buf[65536];
-  char line[512];
-  size_t len = 0;
   AddressRange current;
-  auto finish = [&] {
-    line[len] = '\0';
+  for_each_proc_line("/proc/self/smaps", [&](const char* line, size_t) {
     unsigned long lo = 0, hi = 0;
     if (std::strncmp(line, "VmFlags:", 8) == 0) {
-      // Flags are two letters each, space separated.
+      // Flags are two letters each, space separated; "lo" is VM_LOCKED.
       for (const char* p = line + 8; *p; ++p) {
-        if (p[0] == 'l' && p[1] == 'o' && (p[2] == ' ' || p[2] == '\0') && p[-1] == ' ') {
+        if (p[-1] == ' ' && p[0] == 'l' && p[1] == 'o' && (p[2] == ' ' || p[2] == '\0')) {
           out.push_back(current);
           break;
         }
@@ -32,18 +26,7 @@ std::vector<AddressRange> locked_ranges() {
     } else if (std::sscanf(line, "%lx-%lx ", &lo, &hi) == 2) {
       current = {lo, hi};
     }
-    len = 0;
-  };
-  for (;;) {
-    ssize_t r = ::read(fd, buf, sizeof buf);
-    if (r <= 0) break;
-    for (ssize_t i = 0; i < r; ++i) {
-      if (buf[i] == '\n') finish();
-      else if (len < sizeof line - 1) line[len++] = buf[i];
-    }
-  }
-  if (len) finish();
-  ::close(fd);
+  });
   std::sort(out.begin(), out.end(), [](const AddressRange& a, const AddressRange& b) { return a.begin < b.begin; });
   return out;
 }

@@ -153,7 +153,13 @@ void Scope::resize(CleanupId id, uint64_t bytes) {
   if (ledger_id) ledger_->resize(ledger_id, bytes);
 }
 
-void Scope::close() noexcept {
+void Scope::close() noexcept { close_impl(false); }
+
+// One malloc_trim per close, by the outermost scope that asked for it: the
+// trim walks the whole heap, so one after all the frees does what one after
+// each closed child would.
+void Scope::close_impl(bool ancestor_releases_heap) noexcept {
+  const bool release_heap = options_.release_heap_on_close && !ancestor_releases_heap;
   {
     std::lock_guard lock(mu_);
     if (closing_ || closed_) return;
@@ -161,6 +167,7 @@ void Scope::close() noexcept {
   }
   // Children first, newest first. Each is popped under the lock and closed
   // outside it, since a child's cleanups may take other locks.
+  bool closed_child = false;
   for (;;) {
     Scope* child = nullptr;
     {
@@ -173,7 +180,8 @@ void Scope::close() noexcept {
       std::lock_guard child_lock(child->mu_);
       child->parent_ = nullptr;  // already disowned: its close must not call back
     }
-    child->close();
+    child->close_impl(ancestor_releases_heap || release_heap);
+    closed_child = true;
   }
   for (;;) {
     Cleanup c;
@@ -195,7 +203,7 @@ void Scope::close() noexcept {
   }
   // Also after a failed or aborted acquisition: llama.cpp freed what it had
   // taken, but the freed heap is still resident until it is trimmed.
-  if (reserved && options_.release_heap_on_close) release_free_heap();
+  if ((reserved || closed_child) && release_heap) release_free_heap();
   Scope* parent;
   {
     std::lock_guard lock(mu_);

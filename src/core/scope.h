@@ -85,6 +85,9 @@ class Scope {
   };
 
   void run(Cleanup& c) noexcept;
+  // `ancestor_releases_heap`: a scope closing us gives the heap back after
+  // all its children, so we need not do it too.
+  void close_impl(bool ancestor_releases_heap) noexcept;
   void adopt(Scope* child);
   void disown(Scope* child);
   void check_open_locked() const;

@@ -12,6 +12,7 @@
 #include <mutex>
 
 #include "core/heap.h"
+#include "core/proc_lines.h"
 
 namespace reclaim {
 
@@ -78,41 +79,18 @@ bool ends_with(const char* s, size_t len, const char* suffix) {
   return len >= k && std::memcmp(s + len - k, suffix, k) == 0;
 }
 
-// Counts mappings, and those of model files, in /proc/self/maps, streaming it
-// through a stack buffer since it can be far larger than any fixed size.
+// Counts mappings, and those of model files, in /proc/self/maps.
 void scan_maps(Usage& u) {
-  int fd = ::open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return;
-  char buf[65536];
-  char line[4096];
-  size_t line_len = 0;
-  auto finish_line = [&] {
+  for_each_proc_line("/proc/self/maps", [&u](char* line, size_t len) {
     ++u.maps;
-    size_t len = line_len;
-    while (len > 0 && (line[len - 1] == ' ')) --len;
-    if (ends_with(line, len, ".gguf")) {
-      unsigned long lo = 0, hi = 0;
-      line[std::min(line_len, sizeof line - 1)] = '\0';
-      if (std::sscanf(line, "%lx-%lx", &lo, &hi) == 2) {
-        ++u.model_maps;
-        u.model_mapped += static_cast<int64_t>(hi - lo);
-      }
+    while (len > 0 && line[len - 1] == ' ') --len;
+    if (!ends_with(line, len, ".gguf")) return;
+    unsigned long lo = 0, hi = 0;
+    if (std::sscanf(line, "%lx-%lx", &lo, &hi) == 2) {
+      ++u.model_maps;
+      u.model_mapped += static_cast<int64_t>(hi - lo);
     }
-    line_len = 0;
-  };
-  for (;;) {
-    ssize_t r = ::read(fd, buf, sizeof buf);
-    if (r <= 0) break;
-    for (ssize_t i = 0; i < r; ++i) {
-      if (buf[i] == '\n') {
-        finish_line();
-      } else if (line_len < sizeof line - 1) {
-        line[line_len++] = buf[i];
-      }
-    }
-  }
-  if (line_len > 0) finish_line();
-  ::close(fd);
+  });
 }
 
 }  // namespace
@@ -185,6 +163,15 @@ const std::vector<Figure>& usage_figures() {
       {"device_used", "bytes", &Usage::device_used},
   };
   return figures;
+}
+
+int64_t device_memory_used() {
+  std::lock_guard lock(probe_mu());
+  int64_t used = 0;
+  if (device_probe()) {
+    for (const DeviceMemory& d : device_probe()()) used += d.used;
+  }
+  return used;
 }
 
 void set_device_probe(DeviceProbe probe) {

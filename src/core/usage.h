@@ -46,6 +46,10 @@ struct Figure {
 };
 const std::vector<Figure>& usage_figures();
 
+// Device memory in use, summed over accelerators: Usage::capture().device_used
+// without reading /proc.
+int64_t device_memory_used();
+
 // Reports accelerator memory; set by the engine (core knows no devices).
 using DeviceProbe = std::function<std::vector<DeviceMemory>()>;
 void set_device_probe(DeviceProbe probe);

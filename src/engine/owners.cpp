@@ -11,6 +11,7 @@
 
 #include <ggml-cpu.h>
 
+#include "core/heap.h"
 #include "core/locked.h"
 #include "core/usage.h"
 #include "engine/runtime.h"
@@ -76,7 +77,9 @@ std::string base_name(const std::string& path) {
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
-int64_t allocated(const Usage& u) { return u.heap_in_use + u.device_used; }
+// Heap and device memory in use: what a context's buffers come from. Read
+// without /proc, since it brackets every context creation.
+int64_t allocated() { return static_cast<int64_t>(heap_stats().in_use) + device_memory_used(); }
 
 }  // namespace
 
@@ -136,7 +139,7 @@ Owned<llama_context> new_context(Scope& scope, llama_model* model, const llama_c
   Scope::Slot slot = scope.reserve(Kind::context, "n_ctx=" + std::to_string(params.n_ctx));
   // The context's buffers come from the heap (CPU) or the device; the
   // difference around creation is what it took.
-  Usage before = Usage::capture();
+  const int64_t before = allocated();
   take_llama_errors();
   llama_context* ctx = llama_init_from_model(model, params);
   if (!ctx) {
@@ -145,7 +148,7 @@ Owned<llama_context> new_context(Scope& scope, llama_model* model, const llama_c
                 " tokens: " + (why.empty() ? "llama.cpp gave no reason" : why));
   }
   if (pool) llama_attach_threadpool(ctx, pool, pool);
-  int64_t bytes = allocated(Usage::capture()) - allocated(before);
+  const int64_t bytes = allocated() - before;
   CleanupId id = slot.arm(bytes > 0 ? static_cast<uint64_t>(bytes) : 0, [ctx] { llama_free(ctx); });
   return {ctx, &scope, id};
 }

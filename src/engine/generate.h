@@ -1,0 +1,74 @@
+// The generation loop of one request on a Session: tokenize, decode the
+// prompt in batches, sample, stream text, stop. Everything it allocates lives
+// in the session's scope; the sampler chain is released when it returns.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <llama.h>
+
+#include "core/cancel.h"
+#include "core/error.h"
+#include "engine/sampling.h"
+#include "engine/session.h"
+
+namespace reclaim {
+
+struct GenerateRequest {
+  std::string prompt;        // special tokens in it (<|im_start|>, ...) are parsed
+  int32_t max_tokens = 128;  // < 0: until the context is full
+  std::vector<std::string> stop;
+  SamplingParams sampling;
+  bool add_special = true;   // BOS/EOS as the model's vocab asks for
+};
+
+enum class FinishReason { eos, stop, length, context, cancelled };
+// "eos" (end-of-generation token), "stop" (a stop string), "length" (max
+// tokens), "context" (the context is full), "cancelled".
+const char* finish_reason_name(FinishReason r);
+
+struct Timings {
+  int32_t prompt_tokens = 0, generated_tokens = 0;
+  double prompt_ms = 0;       // decoding the prompt
+  double generate_ms = 0;     // from the end of the prompt to the last token
+  double first_token_ms = 0;  // from the start of the request to the first token
+  double total_ms = 0;
+  double prompt_per_second() const { return prompt_ms > 0 ? prompt_tokens * 1000.0 / prompt_ms : 0; }
+  double generate_per_second() const { return generate_ms > 0 ? generated_tokens * 1000.0 / generate_ms : 0; }
+};
+
+struct GenerateResult {
+  std::string text;                 // what was streamed, valid UTF-8
+  std::vector<llama_token> tokens;  // generated tokens; an end token is not included
+  FinishReason finish = FinishReason::length;
+  CancelReason cancel_reason = CancelReason::none;
+  std::string stop;                 // the stop string that ended it
+  uint32_t seed = 0;                // the seed used (for sampled generation)
+  Timings timings;
+};
+
+struct GenerateHooks {
+  std::function<void(std::string_view)> on_text;  // each piece of text as it becomes safe to emit
+  // Called before each llama_decode: `step` counts decodes from 0; `prompt`
+  // is true while the prompt is being decoded. For tests and the audit.
+  std::function<void(int step, bool prompt)> before_decode;
+};
+
+// Prompt plus requested tokens do not fit the context.
+class ContextOverflow : public Error {
+ public:
+  using Error::Error;
+};
+
+GenerateResult generate(Session& session, const GenerateRequest& request, const GenerateHooks& hooks = {});
+
+std::vector<llama_token> tokenize(const llama_vocab* vocab, std::string_view text, bool add_special,
+                                  bool parse_special = true);
+// The bytes of one token as text (special tokens render as nothing).
+std::string token_piece(const llama_vocab* vocab, llama_token token);
+
+}  // namespace reclaim

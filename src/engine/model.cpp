@@ -1,0 +1,32 @@
+#include "engine/model.h"
+
+namespace reclaim {
+
+namespace {
+
+std::string scope_name(const std::string& path) {
+  size_t slash = path.find_last_of('/');
+  return "model:" + (slash == std::string::npos ? path : path.substr(slash + 1));
+}
+
+}  // namespace
+
+Model::Model(const ModelLoad& load, Scope* parent) : mode_(load.mode) {
+  const ScopeOptions opts{.release_heap_on_close = true};
+  scope_ = parent ? std::make_unique<Scope>(*parent, scope_name(load.path), opts)
+                  : std::make_unique<Scope>(scope_name(load.path), opts);
+  // If the load throws, scope_'s destructor closes whatever it got.
+  model_ = load_model(*scope_, load);
+  info_ = model_info(model_.get(), load.path);
+  info_.load_mode = load_mode_name(load.mode);
+}
+
+Model::~Model() { unload(); }
+
+void Model::unload() noexcept {
+  if (!scope_) return;
+  scope_->close();
+  model_ = {};
+}
+
+}  // namespace reclaim

@@ -1,0 +1,96 @@
+#include "engine/model_info.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+
+#include <ggml-backend.h>
+
+#include "core/defer.h"
+#include "core/heap.h"
+#include "engine/runtime.h"
+
+// llama_get_memory_breakdown lives in llama.cpp's staging header, which is
+// not installed; set-up points RECLAIM_LLAMA_EXT_HEADER at the pinned source.
+#ifdef RECLAIM_LLAMA_EXT_HEADER
+#define RECLAIM_HAVE_LLAMA_EXT 1
+#include RECLAIM_LLAMA_EXT_HEADER
+#else
+#define RECLAIM_HAVE_LLAMA_EXT 0
+#endif
+
+namespace reclaim {
+
+namespace {
+
+std::string meta(const llama_model* m, const char* key) {
+  char buf[512];
+  int32_t n = llama_model_meta_val_str(m, key, buf, sizeof buf);
+  return n < 0 ? std::string() : std::string(buf, static_cast<size_t>(std::min<int32_t>(n, sizeof buf - 1)));
+}
+
+}  // namespace
+
+ModelInfo model_info(const llama_model* model, const std::string& path) {
+  ModelInfo i;
+  i.path = path;
+  i.architecture = meta(model, "general.architecture");
+  i.name = meta(model, "general.name");
+  if (const char* t = llama_model_chat_template(model, nullptr)) i.chat_template = t;
+  i.n_params = llama_model_n_params(model);
+  i.tensor_bytes = llama_model_size(model);
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) i.file_bytes = static_cast<uint64_t>(st.st_size);
+  i.n_ctx_train = llama_model_n_ctx_train(model);
+  i.n_layer = llama_model_n_layer(model);
+  i.n_embd = llama_model_n_embd(model);
+  i.n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(model));
+  return i;
+}
+
+MemoryEstimate estimate_memory(const ModelLoad& load, const llama_context_params& params, ModelInfo* info) {
+  check_model_file(load.path);
+  llama_model_params mp = llama_model_default_params();
+  mp.no_alloc = true;
+  mp.load_mode = LLAMA_LOAD_MODE_NONE;  // llama.cpp asserts on no_alloc with mmap
+  mp.n_gpu_layers = load.n_gpu_layers;
+  take_llama_errors();
+  auto heap_in_use = [] { return static_cast<int64_t>(heap_stats().in_use); };
+  const int64_t heap_before_model = heap_in_use();
+  llama_model* model = llama_model_load_from_file(load.path.c_str(), mp);
+  if (!model) {
+    std::string why = take_llama_errors();
+    throw Error("cannot read model '" + load.path + "': " + (why.empty() ? "llama.cpp gave no reason" : why));
+  }
+  Defer free_model([model] { llama_model_free(model); });
+  MemoryEstimate e;
+  e.model_overhead = std::max<int64_t>(0, heap_in_use() - heap_before_model);
+  if (info) *info = model_info(model, load.path);
+#if RECLAIM_HAVE_LLAMA_EXT
+  const int64_t heap_before_ctx = heap_in_use();
+  llama_context* ctx = llama_init_from_model(model, params);
+  if (!ctx) {
+    std::string why = take_llama_errors();
+    throw Error("cannot plan a context of " + std::to_string(params.n_ctx) + " tokens for '" + load.path +
+                "': " + (why.empty() ? "llama.cpp gave no reason" : why));
+  }
+  Defer free_ctx([ctx] { llama_free(ctx); });
+  e.context_overhead = std::max<int64_t>(0, heap_in_use() - heap_before_ctx);
+  for (const auto& [buft, mb] : llama_get_memory_breakdown(ctx)) {
+    const bool host = ggml_backend_buft_is_host(buft);
+    (host ? e.model_host : e.model_device) += static_cast<int64_t>(mb.model);
+    (host ? e.context_host : e.context_device) += static_cast<int64_t>(mb.context);
+    (host ? e.compute_host : e.compute_device) += static_cast<int64_t>(mb.compute);
+  }
+  e.exact = true;
+#else
+  // Without llama.cpp's staging header: tensors, plus an f16 KV cache.
+  e.model_host = static_cast<int64_t>(llama_model_size(model));
+  const int64_t n_ctx = params.n_ctx ? params.n_ctx : llama_model_n_ctx_train(model);
+  const int64_t head_dim = llama_model_n_embd(model) / std::max(1, llama_model_n_head(model));
+  e.context_host = n_ctx * llama_model_n_layer(model) * 2 * head_dim * llama_model_n_head_kv(model) * 2;
+#endif
+  return e;
+}
+
+}  // namespace reclaim

@@ -1,0 +1,49 @@
+#include "engine/session.h"
+
+#include <atomic>
+#include <thread>
+
+namespace reclaim {
+
+namespace {
+
+std::atomic<uint64_t> g_next_request{1};
+
+bool on_abort_poll(void* data) { return static_cast<const CancelToken*>(data)->cancelled(); }
+
+}  // namespace
+
+int32_t default_threads() {
+  unsigned n = std::thread::hardware_concurrency();
+  return n ? static_cast<int32_t>(n) : 1;
+}
+
+Session::Session(Model& model, const SessionOptions& o, const CancelToken* cancel)
+    : model_(model),
+      scope_(model.scope(), "request:" + std::to_string(g_next_request.fetch_add(1)),
+             ScopeOptions{.release_heap_on_close = true}),
+      cancel_(cancel) {
+  if (o.n_ctx < 0) throw Error("context size must be >= 0 (0: the model's training context)");
+  if (o.n_batch <= 0) throw Error("batch size must be > 0");
+  llama_context_params cp = llama_context_default_params();
+  n_ctx_ = o.n_ctx ? o.n_ctx : model.info().n_ctx_train;
+  cp.n_ctx = static_cast<uint32_t>(n_ctx_);
+  n_batch_ = std::min(o.n_batch, n_ctx_);
+  cp.n_batch = static_cast<uint32_t>(n_batch_);
+  cp.n_ubatch = cp.n_batch;
+  cp.n_seq_max = 1;
+  cp.n_threads = o.n_threads > 0 ? o.n_threads : default_threads();
+  cp.n_threads_batch = o.n_threads_batch > 0 ? o.n_threads_batch : cp.n_threads;
+  if (cancel_) {
+    cp.abort_callback = on_abort_poll;
+    cp.abort_callback_data = const_cast<CancelToken*>(cancel_);
+  }
+  ctx_ = new_context(scope_, model.get(), cp);
+  // llama.cpp may round the context up (to a multiple of its padding).
+  n_ctx_ = static_cast<int32_t>(llama_n_ctx(ctx_.get()));
+  batch_ = new_batch(scope_, n_batch_, 1);
+}
+
+Session::~Session() { scope_.close(); }
+
+}  // namespace reclaim

@@ -1,0 +1,58 @@
+// One request's working state on a model: a context, a batch and (per
+// generation) a sampler chain, all owned by the session's scope, a child of
+// the model's. The scope closes when the session is destroyed, whatever ends
+// the request: completion, an error, an exception, cancellation.
+//
+// Cancellation: the token is polled by llama.cpp's abort callback while a
+// graph runs (so a long prompt stops mid-decode) and before each decode step.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <llama.h>
+
+#include "core/cancel.h"
+#include "core/scope.h"
+#include "engine/model.h"
+#include "engine/owners.h"
+
+namespace reclaim {
+
+struct SessionOptions {
+  int32_t n_ctx = 4096;    // 0: the model's training context
+  int32_t n_batch = 512;   // tokens per prompt decode step
+  int32_t n_threads = 0;   // 0: all cores
+  int32_t n_threads_batch = 0;  // 0: same as n_threads
+};
+
+class Session {
+ public:
+  // `cancel` may be null; if given, it must outlive the session.
+  Session(Model& model, const SessionOptions& options, const CancelToken* cancel = nullptr);
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  Model& model() { return model_; }
+  llama_context* context() const { return ctx_.get(); }
+  llama_batch& batch() { return *batch_.get(); }
+  int32_t n_ctx() const { return n_ctx_; }
+  int32_t n_batch() const { return n_batch_; }
+  Scope& scope() { return scope_; }
+  const CancelToken* cancel_token() const { return cancel_; }
+  bool cancelled() const { return cancel_ && cancel_->cancelled(); }
+
+ private:
+  Model& model_;
+  Scope scope_;
+  const CancelToken* cancel_;
+  Owned<llama_context> ctx_;
+  Owned<llama_batch> batch_;
+  int32_t n_ctx_ = 0, n_batch_ = 0;
+};
+
+// All cores of this machine (what n_threads = 0 means).
+int32_t default_threads();
+
+}  // namespace reclaim

@@ -1,0 +1,101 @@
+#include "engine/model.h"
+
+#include <gtest/gtest.h>
+
+#include "core/ledger.h"
+#include "engine/progress.h"
+#include "engine/session.h"
+#include "small_models.h"
+
+using namespace reclaim;
+using reclaim::testing::small_model;
+
+namespace {
+
+ModelLoad load_of(const std::string& path) {
+  ModelLoad l;
+  l.path = path;
+  return l;
+}
+
+uint64_t ledger_bytes(Kind kind) {
+  uint64_t b = 0;
+  for (const LedgerEntry& e : Ledger::process().entries()) {
+    if (e.kind == kind) b += e.bytes;
+  }
+  return b;
+}
+
+}  // namespace
+
+TEST(Model, ExposesItsMetadata) {
+  Model m(load_of(small_model("bpe")));
+  const ModelInfo& i = m.info();
+  EXPECT_EQ(i.architecture, "llama");
+  EXPECT_EQ(i.name, "reclaim-test-model");
+  EXPECT_EQ(i.n_ctx_train, 2048);
+  EXPECT_EQ(i.n_layer, 2);
+  EXPECT_EQ(i.n_embd, 64);
+  EXPECT_EQ(i.n_vocab, 151936);
+  EXPECT_GT(i.n_params, 2u * 151936 * 64);
+  EXPECT_GT(i.file_bytes, i.tensor_bytes);
+  EXPECT_EQ(i.load_mode, "mmap");
+  EXPECT_NE(i.chat_template.find("<|im_start|>"), std::string::npos);
+  EXPECT_EQ(m.scope().path(), "model:small-bpe.gguf");
+}
+
+TEST(Model, TheEstimateMatchesWhatTheLoadAndTheContextTake) {
+  llama_context_params cp = llama_context_default_params();
+  cp.n_ctx = 1024;
+  cp.n_batch = cp.n_ubatch = 256;
+  cp.n_threads = cp.n_threads_batch = 2;
+  ModelInfo info;
+  ModelLoad load = load_of(small_model("spm"));
+  const uint64_t live_before = Ledger::process().totals().count;
+  MemoryEstimate e = estimate_memory(load, cp, &info);
+  EXPECT_EQ(Ledger::process().totals().count, live_before) << "the estimate must leave nothing behind";
+  EXPECT_EQ(info.n_layer, 2);
+  EXPECT_EQ(e.device(), 0);  // a CPU build
+  if (!e.exact) GTEST_SKIP() << "built without llama.cpp's llama-ext.h (RECLAIM_LLAMA_EXT_DIR): the estimate is a formula";
+
+  Model m(load);
+  EXPECT_EQ(e.model_host, static_cast<int64_t>(m.info().tensor_bytes));
+  SessionOptions so;
+  so.n_ctx = 1024;
+  so.n_batch = 256;
+  so.n_threads = 2;
+  Session s(m, so);
+  const auto measured = static_cast<double>(ledger_bytes(Kind::context));
+  const double estimated = static_cast<double>(e.per_context_host());
+  ASSERT_GT(measured, 0);
+  EXPECT_NEAR(estimated / measured, 1.0, 0.05) << "estimated " << estimated << " measured " << measured;
+  EXPECT_GT(e.context_host, 0);  // the KV cache
+  EXPECT_GT(e.compute_host, 0);
+  EXPECT_GT(e.model_overhead, 0);  // the vocab, at least
+}
+
+TEST(Model, AFailedLoadLeavesNothingAndSaysWhy) {
+  const uint64_t before = Ledger::process().totals().count;
+  try {
+    Model m(load_of("/nonexistent/model.gguf"));
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("/nonexistent/model.gguf"), std::string::npos);
+  }
+  EXPECT_EQ(Ledger::process().totals().count, before);
+}
+
+TEST(Model, ACancelledLoadIsAbortedAndLeavesNothing) {
+  const uint64_t before = Ledger::process().totals().count;
+  CancelToken cancel;
+  ModelLoad load = load_of(small_model("bpe"));
+  int calls = 0;
+  auto progress = load_progress("small", &cancel, false);
+  load.progress = [&](float p) {
+    if (++calls == 2) cancel.cancel(CancelReason::interrupted);
+    return progress(p);
+  };
+  EXPECT_THROW(Model m(load), LoadAborted);
+  EXPECT_GE(calls, 2);
+  EXPECT_EQ(Ledger::process().totals().count, before);
+}

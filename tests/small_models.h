@@ -1,0 +1,28 @@
+// Small test models shared by the engine tests, made once per test run.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+
+#include "engine/test_model.h"
+
+namespace reclaim::testing {
+
+// A 2-layer, 64-wide model with the spm (llama) or bpe (qwen2) vocab.
+inline const std::string& small_model(const std::string& vocab) {
+  static std::map<std::string, std::string> made;
+  auto it = made.find(vocab);
+  if (it != made.end()) return it->second;
+  std::string path = ::testing::TempDir() + "/small-" + vocab + ".gguf";
+  TestModelSpec s;
+  s.vocab = vocab;
+  s.n_embd = 64;
+  s.n_layer = 2;
+  s.n_ctx_train = 2048;
+  make_test_model(s, path);
+  return made.emplace(vocab, path).first->second;
+}
+
+}  // namespace reclaim::testing

@@ -13,60 +13,11 @@
 #include <string>
 #include <vector>
 
-#ifndef RECLAIM_BIN
-#error "RECLAIM_BIN must name the reclaim binary"
-#endif
+#include "cli_support.h"
 
 namespace {
 
-struct Result {
-  int status = -1;
-  std::string out;
-};
-
-Result run(const std::string& args) {
-  std::string cmd = std::string(RECLAIM_BIN) + " " + args + " 2>&1";
-  Result r;
-  std::FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  int st = ::pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
-
-// Test models of this process, removed when it exits.
-struct Cleanup {
-  std::vector<std::string> paths;
-  ~Cleanup() {
-    for (const std::string& p : paths) std::remove(p.c_str());
-  }
-};
-Cleanup& made() {
-  static Cleanup c;
-  return c;
-}
-
-std::string model(const std::string& vocab) {
-  std::string path = ::testing::TempDir() + "/audit_" + vocab + "." + std::to_string(::getpid()) + ".gguf";
-  std::string args = "make-test-model --out " + path + " --vocab " + vocab +
-                     (vocab == "bpe" ? " --embd 64 --layers 2 --type q8_0" : " --embd 128 --layers 2 --type f16");
-  Result r = run(args);
-  EXPECT_EQ(r.status, 0) << r.out;
-  made().paths.push_back(path);
-  return path;
-}
-
-const std::string& spm() {
-  static const std::string p = model("spm");
-  return p;
-}
-const std::string& bpe() {
-  static const std::string p = model("bpe");
-  return p;
-}
+using namespace reclaim::testing;
 
 nlohmann::json audit_json(const std::string& args, int expect_status) {
   // Tests run in parallel processes: each writes its own report.

@@ -180,3 +180,15 @@ void set_device_probe(DeviceProbe probe) {
 }
 
 }  // namespace reclaim
+
+namespace reclaim {
+
+int64_t memory_available() {
+  int64_t kib = -1;
+  for_each_proc_line("/proc/meminfo", [&](const char* line, size_t) {
+    if (std::strncmp(line, "MemAvailable:", 13) == 0) kib = std::strtoll(line + 13, nullptr, 10);
+  });
+  return kib < 0 ? -1 : kib * 1024;
+}
+
+}  // namespace reclaim

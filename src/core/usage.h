@@ -50,6 +50,10 @@ const std::vector<Figure>& usage_figures();
 // without reading /proc.
 int64_t device_memory_used();
 
+// The machine's MemAvailable (what can be allocated without swapping), in
+// bytes; -1 if /proc/meminfo does not say.
+int64_t memory_available();
+
 // Reports accelerator memory; set by the engine (core knows no devices).
 using DeviceProbe = std::function<std::vector<DeviceMemory>()>;
 void set_device_probe(DeviceProbe probe);

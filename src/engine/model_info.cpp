@@ -8,6 +8,8 @@
 
 #include "core/defer.h"
 #include "core/heap.h"
+#include "core/size.h"
+#include "core/usage.h"
 #include "engine/runtime.h"
 
 // llama_get_memory_breakdown lives in llama.cpp's staging header, which is
@@ -91,6 +93,28 @@ MemoryEstimate estimate_memory(const ModelLoad& load, const llama_context_params
   e.context_host = n_ctx * llama_model_n_layer(model) * 2 * head_dim * llama_model_n_head_kv(model) * 2;
 #endif
   return e;
+}
+
+void check_memory_fits(const MemoryEstimate& e, const std::string& what) {
+  const int64_t avail = memory_available();
+  if (avail >= 0 && e.host() > avail) {
+    throw Error(what + " needs about " + format_bytes(e.host()) + " of memory and " + format_bytes(avail) +
+                " is available");
+  }
+  if (e.device() > 0) {
+    int64_t free_total = 0;
+    for (size_t i = 0; i < ggml_backend_dev_count(); ++i) {
+      ggml_backend_dev_t dev = ggml_backend_dev_get(i);
+      if (ggml_backend_dev_type(dev) == GGML_BACKEND_DEVICE_TYPE_CPU) continue;
+      size_t free = 0, total = 0;
+      ggml_backend_dev_memory(dev, &free, &total);
+      free_total += static_cast<int64_t>(free);
+    }
+    if (e.device() > free_total) {
+      throw Error(what + " needs about " + format_bytes(e.device()) + " of accelerator memory and " +
+                  format_bytes(free_total) + " is free");
+    }
+  }
 }
 
 }  // namespace reclaim

@@ -50,4 +50,9 @@ ModelInfo model_info(const llama_model* model, const std::string& path);
 // measured as the overheads. Throws Error for a file llama.cpp cannot read.
 MemoryEstimate estimate_memory(const ModelLoad& load, const llama_context_params& params, ModelInfo* info = nullptr);
 
+// Throws Error if `e` needs more host memory than the machine has available
+// (MemAvailable), or more on the accelerators than they have free; the
+// message names both figures.
+void check_memory_fits(const MemoryEstimate& e, const std::string& what);
+
 }  // namespace reclaim

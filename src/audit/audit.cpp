@@ -22,6 +22,34 @@ namespace reclaim::audit {
 
 Usage residue(const SideResult& r, size_t cycle) { return r.cycles.at(cycle).after - r.baseline; }
 
+RequestFigures request_figures(const SideResult& r, int64_t Usage::*field) {
+  RequestFigures f;
+  for (const CycleRecord& c : r.cycles) {
+    if (c.requests.empty()) continue;
+    f.present = true;
+    for (const Usage& u : c.requests) f.residue = std::max(f.residue, u.*field - c.loaded.*field);
+    f.growth = std::max(f.growth, c.requests.back().*field - c.requests.front().*field);
+  }
+  return f;
+}
+
+namespace {
+
+// Between requests, with the model still loaded: what a request leaves
+// behind (against the model just loaded) and whether it accumulates.
+template <class Add>
+void add_request_checks(const SideResult& r, const Thresholds& limits, Add& add) {
+  if (!request_figures(r, &Usage::anon).present) return;
+  add("request anon residue", request_figures(r, &Usage::anon).residue, limits.anon_residue, true);
+  add("request anon growth", request_figures(r, &Usage::anon).growth, limits.anon_growth, true);
+  add("request fds residue", request_figures(r, &Usage::fds).residue, limits.fds, false);
+  add("request threads residue", request_figures(r, &Usage::threads).residue, limits.threads, false);
+  add("request maps residue", request_figures(r, &Usage::maps).residue, limits.maps, false);
+  add("request device residue", request_figures(r, &Usage::device_used).residue, limits.device, true);
+}
+
+}  // namespace
+
 std::vector<Check> evaluate(const SideResult& r, const Thresholds& limits) {
   std::vector<Check> checks;
   if (r.cycles.empty()) return checks;
@@ -40,6 +68,7 @@ std::vector<Check> evaluate(const SideResult& r, const Thresholds& limits) {
   add("threads residue", worst(&Usage::threads), limits.threads, false);
   add("maps residue", worst(&Usage::maps), limits.maps, false);
   add("device residue", worst(&Usage::device_used), limits.device, true);
+  add_request_checks(r, limits, add);
   uint64_t live = 0;
   for (const CycleRecord& c : r.cycles) live = std::max(live, c.ledger_live);
   add("ledger entries", static_cast<int64_t>(live), 0, false);

@@ -50,6 +50,15 @@ struct AuditReport {
 
 // residue of cycle i = after_i - baseline
 Usage residue(const SideResult& r, size_t cycle);
+
+// One figure between requests, worst over the cycles: residue = after a
+// request minus just after the load; growth = after the last request minus
+// after the first.
+struct RequestFigures {
+  bool present = false;  // the scenario has requests
+  int64_t residue = 0, growth = 0;
+};
+RequestFigures request_figures(const SideResult& r, int64_t Usage::*field);
 std::vector<Check> evaluate(const SideResult& r, const Thresholds& limits);
 
 SideResult run_side_in_child(const std::string& side, const CycleOptions& o);

@@ -14,10 +14,15 @@
 
 namespace reclaim::audit {
 
-enum class Scenario { load_free, load_prompt_free, load_abort };
+// generate: load, `requests` requests (each its own session), unload.
+// cancel: the same, each request cancelled at a random decode step or while
+// its prompt is being decoded.
+enum class Scenario { load_free, load_prompt_free, load_abort, generate, cancel };
 const char* scenario_name(Scenario s);
 Scenario scenario_from_name(const std::string& name);  // throws Error
-inline constexpr Scenario kAllScenarios[] = {Scenario::load_free, Scenario::load_prompt_free, Scenario::load_abort};
+inline constexpr Scenario kAllScenarios[] = {Scenario::load_free, Scenario::load_prompt_free, Scenario::load_abort,
+                                             Scenario::generate, Scenario::cancel};
+bool has_requests(Scenario s);
 
 struct CycleOptions {
   std::string model;
@@ -28,6 +33,8 @@ struct CycleOptions {
   int n_generate = 16;
   int n_threads = 0;        // 0: all cores
   float abort_at = 0.5f;    // load-abort: fraction of the load at which to stop
+  int requests = 8;         // generate, cancel: requests per cycle
+  uint32_t seed = 1;        // cancel: where the requests are cancelled
   std::string test_leak;    // test-only: "heap", "fd" or "ledger" leaks on purpose each cycle
 };
 nlohmann::json to_json(const CycleOptions& o);
@@ -43,6 +50,9 @@ struct Sample {
 struct CycleRecord {
   Usage peak;    // field-wise maximum over the cycle's samples
   Usage after;   // after everything of the cycle was released
+  Usage loaded;  // after the load, before any request
+  std::vector<Usage> requests;  // after each request, the model still loaded
+  int cancelled_in_prompt = 0, cancelled_in_generation = 0, not_cancelled = 0;
   double seconds = 0;
   int64_t minor_faults = 0;  // page faults taken during the cycle (getrusage)
   uint64_t ledger_live = 0;  // ledger entries left after the cycle
@@ -68,22 +78,38 @@ Usage usage_from_json(const nlohmann::json& j);
 class Recorder {
  public:
   explicit Recorder(SideResult& out) : out_(out) {}
-  void reserve(int cycles);
+  // Everything the records need is allocated here, before the baseline, so
+  // that the audit's own bookkeeping does not show as growth.
+  void reserve(int cycles, int requests);
   void set_baseline(const Usage& u);
   void begin_cycle(int cycle);
   void sample(const char* phase);
+  void loaded();
+  void request_done();
+  // Where a cancel-scenario request ended.
+  void count_cancel(bool cancelled, bool in_prompt);
   void end_cycle(uint64_t ledger_live, uint64_t ledger_bytes);
 
  private:
   SideResult& out_;
+  std::vector<std::vector<Usage>> request_store_;  // one reserved list a cycle
+  CycleRecord current_;
   Usage peak_;
   int cycle_ = 0;
   double cycle_start_ = 0;
   int64_t faults_start_ = 0;
 };
 
-// The prompt decoded by load-prompt-free, the same on both sides.
+// The prompt decoded by the request scenarios, the same on both sides.
 extern const char* const kAuditPrompt;
+
+// Where the cancel scenario cancels one request; both sides draw the same.
+struct CancelPlan {
+  bool in_prompt = false;  // a deadline while the prompt is decoded...
+  double delay_fraction = 0;  // ...this far into the prompt's expected time
+  int step = 1;            // else: before this generation step (1..n_generate-1)
+};
+CancelPlan plan_cancel(const CycleOptions& o, int cycle, int request);
 
 SideResult run_reclaim_cycles(const CycleOptions& o);
 SideResult run_raw_cycles(const CycleOptions& o);

@@ -3,6 +3,7 @@
 // the audit can show what reclaim changes. Only the probe is shared.
 #include <llama.h>
 
+#include <chrono>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -35,6 +36,88 @@ llama_load_mode raw_load_mode(const std::string& m) {
   return LLAMA_LOAD_MODE_MMAP;
 }
 
+
+struct Deadline {
+  std::chrono::steady_clock::time_point at = std::chrono::steady_clock::time_point::max();
+};
+
+bool past_deadline(void* data) { return std::chrono::steady_clock::now() >= static_cast<Deadline*>(data)->at; }
+
+struct RawRequest {
+  bool cancelled = false, in_prompt = false;
+  double prompt_ms = 0;
+};
+
+// One request as a plain program writes it: its own context, batch and
+// sampler, freed at the end. `plan` null: not cancelled.
+RawRequest raw_request(llama_model* model, const CycleOptions& o, int threads, const CancelPlan* plan, double prompt_ms,
+                       Recorder* rec) {
+  RawRequest out;
+  llama_context_params cp = llama_context_default_params();
+  cp.n_ctx = static_cast<uint32_t>(o.n_ctx);
+  cp.n_batch = cp.n_ubatch = cp.n_ctx;
+  cp.n_threads = cp.n_threads_batch = threads;
+  Deadline deadline;
+  cp.abort_callback = past_deadline;
+  cp.abort_callback_data = &deadline;
+  llama_context* ctx = llama_init_from_model(model, cp);
+  if (!ctx) throw Error("raw side: cannot create a context");
+  const llama_vocab* vocab = llama_model_get_vocab(model);
+  std::vector<llama_token> tokens(static_cast<size_t>(o.n_ctx));
+  int n = llama_tokenize(vocab, kAuditPrompt, static_cast<int32_t>(std::strlen(kAuditPrompt)), tokens.data(),
+                         static_cast<int32_t>(tokens.size()), true, true);
+  llama_batch batch = llama_batch_init(o.n_ctx, 0, 1);
+  llama_sampler* chain = llama_sampler_chain_init(llama_sampler_chain_default_params());
+  llama_sampler_chain_add(chain, llama_sampler_init_greedy());
+  batch.n_tokens = n;
+  for (int i = 0; i < n; ++i) {
+    batch.token[i] = tokens[static_cast<size_t>(i)];
+    batch.pos[i] = i;
+    batch.n_seq_id[i] = 1;
+    batch.seq_id[i][0] = 0;
+    batch.logits[i] = i == n - 1;
+  }
+  if (plan && plan->in_prompt) {
+    deadline.at = std::chrono::steady_clock::now() +
+                  std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                      std::chrono::duration<double, std::milli>(prompt_ms * plan->delay_fraction));
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  int rc = llama_decode(ctx, batch);
+  out.prompt_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  if (rc == 2) {
+    out.cancelled = out.in_prompt = true;
+  } else if (rc != 0) {
+    throw Error("raw side: llama_decode failed");
+  }
+  if (rec) rec->sample("prompt");
+  int pos = n;
+  for (int i = 0; !out.cancelled && i < o.n_generate; ++i) {
+    llama_token t = llama_sampler_sample(chain, ctx, -1);
+    if (plan && !plan->in_prompt && i + 1 == plan->step) {
+      out.cancelled = true;
+      break;
+    }
+    batch.n_tokens = 1;
+    batch.token[0] = t;
+    batch.pos[0] = pos++;
+    batch.n_seq_id[0] = 1;
+    batch.seq_id[0][0] = 0;
+    batch.logits[0] = true;
+    rc = llama_decode(ctx, batch);
+    if (rc == 2) {
+      out.cancelled = true;
+    } else if (rc != 0) {
+      throw Error("raw side: llama_decode failed");
+    }
+  }
+  if (rec) rec->sample("generated");
+  llama_sampler_free(chain);
+  llama_batch_free(batch);
+  llama_free(ctx);
+  return out;
+}
+
 }  // namespace
 
 SideResult run_raw_cycles(const CycleOptions& o) {
@@ -45,10 +128,11 @@ SideResult run_raw_cycles(const CycleOptions& o) {
   llama_backend_init();
   out.warmed = "llama_backend_init";
   Recorder rec(out);
-  rec.reserve(o.cycles);
+  rec.reserve(o.cycles, has_requests(o.scenario) ? o.requests : 0);
   rec.set_baseline(Usage::capture());
   const int threads = o.n_threads > 0 ? o.n_threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 
+  double prompt_ms = 20;
   for (int c = 0; c < o.cycles; ++c) {
     rec.begin_cycle(c);
     llama_model_params mp = llama_model_default_params();
@@ -62,47 +146,19 @@ SideResult run_raw_cycles(const CycleOptions& o) {
       rec.sample("aborted");
     } else {
       if (!model) throw Error("raw side: cannot load '" + o.model + "'");
-      rec.sample("loaded");
+      rec.loaded();
     }
-    if (model && o.scenario == Scenario::load_prompt_free) {
-      llama_context_params cp = llama_context_default_params();
-      cp.n_ctx = static_cast<uint32_t>(o.n_ctx);
-      cp.n_batch = cp.n_ubatch = cp.n_ctx;
-      cp.n_threads = cp.n_threads_batch = threads;
-      llama_context* ctx = llama_init_from_model(model, cp);
-      if (!ctx) throw Error("raw side: cannot create a context");
-      const llama_vocab* vocab = llama_model_get_vocab(model);
-      std::vector<llama_token> tokens(static_cast<size_t>(o.n_ctx));
-      int n = llama_tokenize(vocab, kAuditPrompt, static_cast<int32_t>(std::strlen(kAuditPrompt)), tokens.data(),
-                             static_cast<int32_t>(tokens.size()), true, true);
-      llama_batch batch = llama_batch_init(o.n_ctx, 0, 1);
-      llama_sampler* chain = llama_sampler_chain_init(llama_sampler_chain_default_params());
-      llama_sampler_chain_add(chain, llama_sampler_init_greedy());
-      batch.n_tokens = n;
-      for (int i = 0; i < n; ++i) {
-        batch.token[i] = tokens[static_cast<size_t>(i)];
-        batch.pos[i] = i;
-        batch.n_seq_id[i] = 1;
-        batch.seq_id[i][0] = 0;
-        batch.logits[i] = i == n - 1;
+    if (model && o.scenario == Scenario::load_prompt_free) raw_request(model, o, threads, nullptr, 0, &rec);
+    for (int i = 0; model && has_requests(o.scenario) && i < o.requests; ++i) {
+      if (o.scenario == Scenario::generate) {
+        raw_request(model, o, threads, nullptr, 0, nullptr);
+      } else {
+        const CancelPlan plan = plan_cancel(o, c, i);
+        RawRequest r = raw_request(model, o, threads, &plan, prompt_ms, nullptr);
+        rec.count_cancel(r.cancelled, r.in_prompt);
+        if (!r.in_prompt) prompt_ms = r.prompt_ms;
       }
-      if (llama_decode(ctx, batch) != 0) throw Error("raw side: llama_decode failed");
-      rec.sample("prompt");
-      int pos = n;
-      for (int i = 0; i < o.n_generate; ++i) {
-        llama_token t = llama_sampler_sample(chain, ctx, -1);
-        batch.n_tokens = 1;
-        batch.token[0] = t;
-        batch.pos[0] = pos++;
-        batch.n_seq_id[0] = 1;
-        batch.seq_id[0][0] = 0;
-        batch.logits[0] = true;
-        if (llama_decode(ctx, batch) != 0) throw Error("raw side: llama_decode failed");
-      }
-      rec.sample("generated");
-      llama_sampler_free(chain);
-      llama_batch_free(batch);
-      llama_free(ctx);
+      rec.request_done();
     }
     if (model) llama_model_free(model);
     rec.end_cycle(0, 0);

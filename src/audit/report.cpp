@@ -68,6 +68,37 @@ std::string render_table(const AuditReport& report) {
       }
       out << "\n";
     }
+    if (request_figures(r, &Usage::anon).present) {
+      out << "between requests, model loaded (worst cycle): residue after a request / growth first to last\n";
+      for (const Figure& f : usage_figures()) {
+        if (f.field != &Usage::anon && f.field != &Usage::rss && f.field != &Usage::heap_in_use &&
+            f.field != &Usage::fds && f.field != &Usage::threads && f.field != &Usage::maps) {
+          continue;
+        }
+        RequestFigures q = request_figures(r, f.field);
+        out << pad(f.name, 13) << pad(signed_show(q.residue, f.unit), 12) << pad(signed_show(q.growth, f.unit), 12);
+        if (sr.raw) {
+          RequestFigures rq = request_figures(*sr.raw, f.field);
+          out << "  │ raw" << pad(signed_show(rq.residue, f.unit), 12) << pad(signed_show(rq.growth, f.unit), 12);
+        }
+        out << "\n";
+      }
+    }
+    if (sr.scenario == Scenario::cancel) {
+      auto counts = [](const SideResult& s) {
+        int p = 0, g = 0, n = 0;
+        for (const CycleRecord& c : s.cycles) {
+          p += c.cancelled_in_prompt;
+          g += c.cancelled_in_generation;
+          n += c.not_cancelled;
+        }
+        return std::to_string(p) + " in the prompt, " + std::to_string(g) + " while generating, " + std::to_string(n) +
+               " finished first";
+      };
+      out << "requests cancelled: " << counts(r);
+      if (sr.raw) out << "; raw: " << counts(*sr.raw);
+      out << "\n";
+    }
     char t[160];
     std::snprintf(t, sizeof t, "cycle time (median): %.1f ms", median_seconds(r) * 1e3);
     out << t;

@@ -29,6 +29,7 @@ nlohmann::json to_json(const CycleOptions& o) {
           {"cycles", o.cycles},       {"load_mode", o.load_mode},
           {"n_ctx", o.n_ctx},         {"n_generate", o.n_generate},
           {"n_threads", o.n_threads}, {"abort_at", o.abort_at},
+          {"requests", o.requests},   {"seed", o.seed},
           {"test_leak", o.test_leak}};
 }
 
@@ -42,6 +43,8 @@ CycleOptions cycle_options_from_json(const nlohmann::json& j) {
   o.n_generate = j.value("n_generate", o.n_generate);
   o.n_threads = j.value("n_threads", o.n_threads);
   o.abort_at = j.value("abort_at", o.abort_at);
+  o.requests = j.value("requests", o.requests);
+  o.seed = j.value("seed", o.seed);
   o.test_leak = j.value("test_leak", o.test_leak);
   return o;
 }
@@ -49,8 +52,15 @@ CycleOptions cycle_options_from_json(const nlohmann::json& j) {
 nlohmann::json to_json(const SideResult& r) {
   nlohmann::json cycles = nlohmann::json::array();
   for (const CycleRecord& c : r.cycles) {
+    nlohmann::json requests = nlohmann::json::array();
+    for (const Usage& u : c.requests) requests.push_back(to_json(u));
     cycles.push_back({{"peak", to_json(c.peak)},
                       {"after", to_json(c.after)},
+                      {"loaded", to_json(c.loaded)},
+                      {"requests", requests},
+                      {"cancelled_in_prompt", c.cancelled_in_prompt},
+                      {"cancelled_in_generation", c.cancelled_in_generation},
+                      {"not_cancelled", c.not_cancelled},
                       {"seconds", c.seconds},
                       {"minor_faults", c.minor_faults},
                       {"ledger_live", c.ledger_live},
@@ -80,6 +90,13 @@ SideResult side_result_from_json(const nlohmann::json& j) {
     CycleRecord rec;
     rec.peak = usage_from_json(c.at("peak"));
     rec.after = usage_from_json(c.at("after"));
+    if (c.contains("loaded")) rec.loaded = usage_from_json(c.at("loaded"));
+    if (c.contains("requests")) {
+      for (const auto& u : c.at("requests")) rec.requests.push_back(usage_from_json(u));
+    }
+    rec.cancelled_in_prompt = c.value("cancelled_in_prompt", 0);
+    rec.cancelled_in_generation = c.value("cancelled_in_generation", 0);
+    rec.not_cancelled = c.value("not_cancelled", 0);
     rec.seconds = c.value("seconds", 0.0);
     rec.minor_faults = c.value("minor_faults", int64_t{0});
     rec.ledger_live = c.value("ledger_live", uint64_t{0});

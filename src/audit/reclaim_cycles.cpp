@@ -1,0 +1,143 @@
+// The reclaim side of an audit: the product's own path (Model, Session,
+// generate), measured at every phase.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+
+#include "audit/cycles.h"
+#include "core/error.h"
+#include "core/ledger.h"
+#include "engine/generate.h"
+#include "engine/model.h"
+#include "engine/runtime.h"
+
+namespace reclaim::audit {
+
+namespace {
+
+SessionOptions session_options(const CycleOptions& o) {
+  SessionOptions so;
+  so.n_ctx = o.n_ctx;
+  so.n_batch = o.n_ctx;  // the prompt in one decode, as the raw side does it
+  so.n_threads = o.n_threads;
+  return so;
+}
+
+GenerateRequest greedy_request(const CycleOptions& o) {
+  GenerateRequest req;
+  req.prompt = kAuditPrompt;
+  req.max_tokens = o.n_generate;
+  req.sampling.temperature = 0;
+  return req;
+}
+
+void one_request(Model& model, const CycleOptions& o, Recorder& rec, bool sample_phases) {
+  Session session(model, session_options(o));
+  GenerateHooks hooks;
+  if (sample_phases) {
+    hooks.before_decode = [&](int step, bool prompt) {
+      if (!prompt && step == 1) rec.sample("prompt");
+    };
+  }
+  generate(session, greedy_request(o), hooks);
+  if (sample_phases) rec.sample("generated");
+}
+
+// Returns the prompt's decode time when the prompt was not cancelled, else the
+// previous estimate.
+double cancelled_request(Model& model, const CycleOptions& o, const CancelPlan& plan, double prompt_ms,
+                         Recorder& rec) {
+  CancelToken cancel;
+  Session session(model, session_options(o), &cancel);
+  GenerateHooks hooks;
+  hooks.before_decode = [&](int step, bool prompt) {
+    if (prompt && step == 0 && plan.in_prompt) {
+      // A deadline inside the prompt's decode: only llama.cpp's abort
+      // callback, polled between graph nodes, can stop it there.
+      const auto delay = std::chrono::duration<double, std::milli>(prompt_ms * plan.delay_fraction);
+      cancel.set_deadline(CancelToken::Clock::now() + std::chrono::duration_cast<CancelToken::Clock::duration>(delay));
+    }
+    if (!prompt && !plan.in_prompt && step == plan.step) cancel.cancel();
+  };
+  GenerateResult r = generate(session, greedy_request(o), hooks);
+  const bool cancelled = r.finish == FinishReason::cancelled;
+  rec.count_cancel(cancelled, cancelled && r.tokens.empty());
+  return cancelled && r.tokens.empty() ? prompt_ms : r.timings.prompt_ms;
+}
+
+// Test-only leaks that prove the checks can fail. "request-heap" leaks in
+// every request, with the model loaded; the others once a cycle.
+void leak_on_purpose(const std::string& what, bool in_request) {
+  if (what.empty() || in_request != (what == "request-heap")) return;
+  if (what == "request-heap") {
+    char* p = new char[256 << 10];
+    std::memset(p, 1, 256 << 10);
+    asm volatile("" : : "r"(p) : "memory");
+  } else if (what == "heap") {
+    // Touched, so that it is resident, and never freed.
+    char* p = new char[2 << 20];
+    std::memset(p, 1, 2 << 20);
+    asm volatile("" : : "r"(p) : "memory");
+  } else if (what == "fd") {
+    (void)::open("/dev/null", O_RDONLY);
+  } else if (what == "ledger") {
+    Ledger::process().acquire(Kind::buffer, "test-leak", "leaked on purpose", 4096);
+  } else {
+    throw Error("unknown test leak '" + what + "' (use heap, request-heap, fd or ledger)");
+  }
+}
+
+}  // namespace
+
+SideResult run_reclaim_cycles(const CycleOptions& o) {
+  SideResult out;
+  out.side = "reclaim";
+  Runtime runtime;
+  out.start_before = runtime.before();
+  out.warmed = runtime.warmed();
+  Recorder rec(out);
+  rec.reserve(o.cycles, has_requests(o.scenario) ? o.requests : 0);
+  ModelLoad load;
+  load.path = o.model;
+  load.mode = load_mode_from_name(o.load_mode);
+  if (o.scenario == Scenario::load_abort) {
+    load.progress = [&](float p) { return p < o.abort_at; };
+  } else {
+    load.progress = [](float) { return true; };
+  }
+  rec.set_baseline(Usage::capture());
+
+  double prompt_ms = 20;  // until the first request has measured it
+  for (int c = 0; c < o.cycles; ++c) {
+    rec.begin_cycle(c);
+    try {
+      Model model(load);
+      rec.loaded();
+      if (o.scenario == Scenario::load_abort) throw Error("load-abort: the load was not aborted");
+      if (o.scenario == Scenario::load_prompt_free) one_request(model, o, rec, true);
+      for (int i = 0; has_requests(o.scenario) && i < o.requests; ++i) {
+        if (o.scenario == Scenario::generate) {
+          one_request(model, o, rec, false);
+        } else {
+          prompt_ms = cancelled_request(model, o, plan_cancel(o, c, i), prompt_ms, rec);
+        }
+        leak_on_purpose(o.test_leak, true);
+        rec.request_done();
+      }
+      model.unload();
+      for (const std::string& e : model.scope().errors()) out.errors.push_back(e);
+    } catch (const LoadAborted&) {
+      if (o.scenario != Scenario::load_abort) throw;
+      rec.sample("aborted");
+    }
+    leak_on_purpose(o.test_leak, false);
+    LedgerTotals t = Ledger::process().totals();
+    rec.end_cycle(t.count, t.bytes);
+  }
+  out.failed_releases = Ledger::process().failed_releases();
+  return out;
+}
+
+}  // namespace reclaim::audit

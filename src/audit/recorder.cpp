@@ -1,0 +1,114 @@
+// What both sides of an audit share: scenario names, the cancel plan and the
+// Recorder that measures each phase.
+#include <sys/resource.h>
+
+#include <random>
+
+#include "audit/cycles.h"
+#include "core/error.h"
+
+namespace reclaim::audit {
+
+const char* const kAuditPrompt =
+    "The quick brown fox jumps over the lazy dog. Memory that is taken must be given back, "
+    "on every path: when a request ends, when it fails, and when the model is unloaded.";
+
+const char* scenario_name(Scenario s) {
+  switch (s) {
+    case Scenario::load_free: return "load-free";
+    case Scenario::load_prompt_free: return "load-prompt-free";
+    case Scenario::load_abort: return "load-abort";
+    case Scenario::generate: return "generate";
+    case Scenario::cancel: return "cancel";
+  }
+  return "?";
+}
+
+Scenario scenario_from_name(const std::string& name) {
+  for (Scenario s : kAllScenarios) {
+    if (name == scenario_name(s)) return s;
+  }
+  throw Error("unknown scenario '" + name + "' (use load-free, load-prompt-free, load-abort, generate, cancel or all)");
+}
+
+bool has_requests(Scenario s) { return s == Scenario::generate || s == Scenario::cancel; }
+
+CancelPlan plan_cancel(const CycleOptions& o, int cycle, int request) {
+  std::mt19937 rng(o.seed * 1000003u + static_cast<uint32_t>(cycle) * 1009u + static_cast<uint32_t>(request));
+  CancelPlan p;
+  // Every other request is cancelled in its prompt; the first one is not, so
+  // that its prompt time is known for the others' deadlines.
+  p.in_prompt = request % 2 == 1;
+  p.delay_fraction = std::uniform_real_distribution<double>(0.0, 0.9)(rng);
+  p.step = std::uniform_int_distribution<int>(1, std::max(1, o.n_generate - 1))(rng);
+  return p;
+}
+
+void Recorder::reserve(int cycles, int requests) {
+  out_.cycles.reserve(static_cast<size_t>(cycles));
+  out_.samples.reserve(static_cast<size_t>(cycles) * (5 + static_cast<size_t>(requests)));
+  request_store_.resize(static_cast<size_t>(cycles));
+  for (std::vector<Usage>& r : request_store_) r.reserve(static_cast<size_t>(requests));
+}
+
+void Recorder::set_baseline(const Usage& u) { out_.baseline = u; }
+
+namespace {
+int64_t minor_faults() {
+  struct rusage ru {};
+  ::getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_minflt;
+}
+}  // namespace
+
+void Recorder::begin_cycle(int cycle) {
+  cycle_ = cycle;
+  faults_start_ = minor_faults();
+  peak_ = Usage::capture();
+  cycle_start_ = peak_.t;
+  current_ = CycleRecord{};
+  if (static_cast<size_t>(cycle) < request_store_.size()) current_.requests = std::move(request_store_[static_cast<size_t>(cycle)]);
+}
+
+void Recorder::sample(const char* phase) {
+  Usage u = Usage::capture();
+  peak_ = max_of(peak_, u);
+  out_.samples.push_back({u.t - out_.baseline.t, cycle_, phase, u.rss, u.anon});
+}
+
+void Recorder::loaded() {
+  current_.loaded = Usage::capture();
+  peak_ = max_of(peak_, current_.loaded);
+  out_.samples.push_back({current_.loaded.t - out_.baseline.t, cycle_, "loaded", current_.loaded.rss, current_.loaded.anon});
+}
+
+void Recorder::request_done() {
+  Usage u = Usage::capture();
+  peak_ = max_of(peak_, u);
+  out_.samples.push_back({u.t - out_.baseline.t, cycle_, "request", u.rss, u.anon});
+  current_.requests.push_back(std::move(u));
+}
+
+void Recorder::count_cancel(bool cancelled, bool in_prompt) {
+  if (!cancelled) {
+    ++current_.not_cancelled;
+  } else if (in_prompt) {
+    ++current_.cancelled_in_prompt;
+  } else {
+    ++current_.cancelled_in_generation;
+  }
+}
+
+void Recorder::end_cycle(uint64_t ledger_live, uint64_t ledger_bytes) {
+  Usage after = Usage::capture();
+  current_.peak = max_of(peak_, after);
+  current_.after = after;
+  current_.seconds = after.t - cycle_start_;
+  current_.minor_faults = minor_faults() - faults_start_;
+  current_.ledger_live = ledger_live;
+  current_.ledger_bytes = ledger_bytes;
+  out_.samples.push_back({after.t - out_.baseline.t, cycle_, "released", after.rss, after.anon});
+  out_.cycles.push_back(std::move(current_));
+}
+
+}  // namespace reclaim::audit

@@ -189,6 +189,16 @@ TEST_P(Generate, PromptPlusMaxTokensOverTheContextIsAClearError) {
   EXPECT_EQ(generate(session, greedy(4)).tokens.size(), 4u);
 }
 
+TEST_P(Generate, MaxTokensThatExactlyFillTheContextFit) {
+  Model model(load_of(small_model(GetParam())));
+  Session session(model, session_options(64));
+  const int n_prompt = static_cast<int>(tokenize(model.vocab(), kPrompt, true).size());
+  // The last token is sampled, not decoded: it needs no position.
+  const int fits = session.n_ctx() - n_prompt + 1;
+  EXPECT_EQ(generate(session, greedy(fits)).tokens.size(), static_cast<size_t>(fits));
+  EXPECT_THROW(generate(session, greedy(fits + 1)), ContextOverflow);
+}
+
 TEST_P(Generate, WithoutMaxTokensItRunsUntilTheContextIsFull) {
   Model model(load_of(small_model(GetParam())));
   Session session(model, session_options(64));
@@ -253,10 +263,10 @@ TEST_P(Generate, ASessionIsOnTheLedgerUnderItsModelUntilItEnds) {
   Ledger& ledger = Ledger::process();
   const uint64_t before = ledger.totals().count;
   Model model(load_of(small_model(GetParam())));
-  EXPECT_EQ(ledger.totals().count, before + 1);
+  EXPECT_EQ(ledger.totals().count, before + 2);  // the model and its threadpool
   {
     Session session(model, session_options());
-    // threadpool, context, batch
+    // context, batch
     EXPECT_EQ(ledger.totals().count, before + 4);
     for (const LedgerEntry& e : ledger.entries()) {
       if (e.kind == Kind::context) EXPECT_EQ(e.owner.rfind(model.scope().path() + "/request:", 0), 0u) << e.owner;
@@ -264,7 +274,7 @@ TEST_P(Generate, ASessionIsOnTheLedgerUnderItsModelUntilItEnds) {
     generate(session, greedy(4));
     EXPECT_EQ(ledger.totals().count, before + 4) << "the sampler chain outlived its generation";
   }
-  EXPECT_EQ(ledger.totals().count, before + 1);
+  EXPECT_EQ(ledger.totals().count, before + 2);
 }
 
 TEST_P(Generate, UnloadingTheModelClosesItsLiveSessionsFirst) {
@@ -275,6 +285,7 @@ TEST_P(Generate, UnloadingTheModelClosesItsLiveSessionsFirst) {
   model->unload();
   EXPECT_FALSE(model->loaded());
   EXPECT_EQ(ledger.totals().count, before);
+  EXPECT_THROW(Session(*model, session_options()), Error);
   // Destroying them afterwards, in either order, frees nothing twice.
   model.reset();
   session.reset();

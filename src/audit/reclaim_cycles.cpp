@@ -102,6 +102,7 @@ SideResult run_reclaim_cycles(const CycleOptions& o) {
   ModelLoad load;
   load.path = o.model;
   load.mode = load_mode_from_name(o.load_mode);
+  load.n_threads = o.n_threads;
   if (o.scenario == Scenario::load_abort) {
     load.progress = [&](float p) { return p < o.abort_at; };
   } else {

@@ -115,6 +115,7 @@ int run(const Args& a) {
   }
   load.mode = load_mode_from_name(a.load_mode);
   load.n_gpu_layers = a.gpu_layers;
+  load.n_threads = a.threads;
 
   SessionOptions so;
   so.n_batch = a.batch;

@@ -1,6 +1,7 @@
 #include "engine/generate.h"
 
 #include <chrono>
+#include <mutex>
 
 #include "core/defer.h"
 #include "engine/text_stream.h"
@@ -52,14 +53,17 @@ using Clock = std::chrono::steady_clock;
 
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
+// The last generated token is sampled but never decoded, so a request needs
+// n_prompt + max_tokens - 1 positions.
 void check_fits(int32_t n_prompt, int32_t max_tokens, int32_t n_ctx) {
-  if (n_prompt >= n_ctx) {
-    throw ContextOverflow("the prompt is " + std::to_string(n_prompt) + " tokens, which leaves no room in a context of " +
+  if (n_prompt > n_ctx) {
+    throw ContextOverflow("the prompt is " + std::to_string(n_prompt) + " tokens, longer than the context of " +
                           std::to_string(n_ctx) + " tokens");
   }
-  if (max_tokens >= 0 && static_cast<int64_t>(n_prompt) + max_tokens > n_ctx) {
+  const int64_t needed = static_cast<int64_t>(n_prompt) + max_tokens - 1;
+  if (max_tokens > 0 && needed > n_ctx) {
     throw ContextOverflow("the prompt (" + std::to_string(n_prompt) + " tokens) plus up to " + std::to_string(max_tokens) +
-                          " generated tokens need " + std::to_string(static_cast<int64_t>(n_prompt) + max_tokens) +
+                          " generated tokens need " + std::to_string(needed) +
                           " positions, more than the context of " + std::to_string(n_ctx) + " tokens");
   }
 }
@@ -77,7 +81,11 @@ void fill(llama_batch& b, const llama_token* tokens, int32_t n, int32_t pos, boo
 
 // false: aborted by the cancel token.
 bool decode(Session& s, const llama_batch& b) {
-  const int32_t rc = llama_decode(s.context(), b);
+  int32_t rc;
+  {
+    std::lock_guard lock(s.model().decode_mutex());  // one graph at a time on the model's pool
+    rc = llama_decode(s.context(), b);
+  }
   if (rc == 0) return true;
   if (s.cancelled()) return false;
   throw Error("llama_decode failed (code " + std::to_string(rc) + ") at a batch of " + std::to_string(b.n_tokens) + " tokens");
@@ -89,7 +97,12 @@ GenerateResult generate(Session& s, const GenerateRequest& req, const GenerateHo
   const Clock::time_point start = Clock::now();
   const llama_vocab* vocab = s.model().vocab();
   GenerateResult r;
-  std::vector<llama_token> prompt = tokenize(vocab, req.prompt, req.add_special);
+  std::vector<llama_token> prompt =
+      req.prompt_tokens.empty() ? tokenize(vocab, req.prompt, req.add_special) : req.prompt_tokens;
+  const int32_t n_vocab = llama_vocab_n_tokens(vocab);
+  for (llama_token t : prompt) {
+    if (t < 0 || t >= n_vocab) throw Error("prompt token " + std::to_string(t) + " is not in the vocabulary (0.." + std::to_string(n_vocab - 1) + ")");
+  }
   if (prompt.empty()) throw Error("the prompt is empty (no tokens)");
   const auto n_prompt = static_cast<int32_t>(prompt.size());
   check_fits(n_prompt, req.max_tokens, s.n_ctx());
@@ -100,7 +113,8 @@ GenerateResult generate(Session& s, const GenerateRequest& req, const GenerateHo
   Defer release_sampler([&] { sampler.release(); });
   for (llama_token t : prompt) llama_sampler_accept(sampler.get(), t);
 
-  llama_memory_clear(llama_get_memory(s.context()), true);
+  // Marks every cell free; the buffers need no zeroing (llama-bench does the same).
+  llama_memory_clear(llama_get_memory(s.context()), false);
   auto cancelled = [&] {
     if (!s.cancelled()) return false;
     r.finish = FinishReason::cancelled;

@@ -20,6 +20,7 @@ namespace reclaim {
 
 struct GenerateRequest {
   std::string prompt;        // special tokens in it (<|im_start|>, ...) are parsed
+  std::vector<llama_token> prompt_tokens;  // if not empty: the prompt, already tokenized
   int32_t max_tokens = 128;  // < 0: until the context is full
   std::vector<std::string> stop;
   SamplingParams sampling;

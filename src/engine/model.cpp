@@ -1,5 +1,7 @@
 #include "engine/model.h"
 
+#include "engine/session.h"
+
 namespace reclaim {
 
 namespace {
@@ -17,6 +19,8 @@ Model::Model(const ModelLoad& load, Scope* parent) : mode_(load.mode) {
                   : std::make_unique<Scope>(scope_name(load.path), opts);
   // If the load throws, scope_'s destructor closes whatever it got.
   model_ = load_model(*scope_, load);
+  n_threads_ = load.n_threads > 0 ? load.n_threads : default_threads();
+  if (n_threads_ > 1) pool_ = new_threadpool(*scope_, n_threads_);
   info_ = model_info(model_.get(), load.path);
   info_.load_mode = load_mode_name(load.mode);
 }
@@ -27,6 +31,7 @@ void Model::unload() noexcept {
   if (!scope_) return;
   scope_->close();
   model_ = {};
+  pool_ = {};
 }
 
 }  // namespace reclaim

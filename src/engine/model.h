@@ -1,10 +1,17 @@
-// A loaded model: the llama_model, its metadata, and the scope that owns it.
-// Sessions (requests) open their scopes under the model's, so unloading the
-// model closes every session first, then frees the weights (APR's order:
-// children before parents).
+// A loaded model: the llama_model, its metadata, its decode threads, and the
+// scope that owns them. Sessions (requests) open their scopes under the
+// model's, so unloading the model closes every session first, then joins the
+// threads and frees the weights (APR's order: children before parents).
+//
+// One thread pool a model, shared by its sessions, not one a context: two
+// pools on the same cores fight, since ggml's workers spin for a while after
+// each graph (measured with bench/generate on 2 cores: prompt speed 0.64x of
+// llama-bench with a second idle session's pool, 0.99x with one pool). A
+// pool runs one graph at a time, so sessions take decode_mutex() to decode.
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include <llama.h>
@@ -31,6 +38,9 @@ class Model {
   LoadMode mode() const { return mode_; }
   // Where sessions of this model open their scopes.
   Scope& scope() { return *scope_; }
+  ggml_threadpool* threadpool() const { return pool_.get(); }  // null with one thread
+  int32_t n_threads() const { return n_threads_; }
+  std::mutex& decode_mutex() { return decode_mu_; }
 
   // Closes the scope now: live sessions first, then the model. Using the
   // model afterwards is an error; a second call does nothing.
@@ -40,8 +50,11 @@ class Model {
  private:
   std::unique_ptr<Scope> scope_;
   Owned<llama_model> model_;
+  Owned<ggml_threadpool> pool_;
   ModelInfo info_;
   LoadMode mode_;
+  int32_t n_threads_ = 1;
+  std::mutex decode_mu_;
 };
 
 }  // namespace reclaim

@@ -123,19 +123,22 @@ Owned<llama_model> load_model(Scope& scope, const ModelLoad& load) {
   return {model, &scope, id};
 }
 
-Owned<llama_context> new_context(Scope& scope, llama_model* model, const llama_context_params& params) {
-  // The context's own worker threads: created once here rather than for every
-  // graph (ggml's default without a pool), and joined when the context goes.
-  // Registered before the context so that the context is freed first.
-  ggml_threadpool* pool = nullptr;
+Owned<ggml_threadpool> new_threadpool(Scope& scope, int32_t n_threads) {
+  Scope::Slot slot = scope.reserve(Kind::thread, "threadpool n=" + std::to_string(n_threads));
+  ggml_threadpool_params tpp = ggml_threadpool_params_default(n_threads);
+  ggml_threadpool* pool = ggml_threadpool_new(&tpp);
+  if (!pool) throw Error("cannot start a pool of " + std::to_string(n_threads) + " threads");
+  CleanupId id = slot.arm(0, [pool] { ggml_threadpool_free(pool); });
+  return {pool, &scope, id};
+}
+
+Owned<llama_context> new_context(Scope& scope, llama_model* model, const llama_context_params& params,
+                                 ggml_threadpool* pool) {
+  // Worker threads created once rather than for every graph (ggml's default
+  // without a pool). A context of its own pool registers it first, so that
+  // the context is freed before its threads are joined.
   const int n_threads = std::max(params.n_threads, params.n_threads_batch);
-  if (n_threads > 1) {
-    Scope::Slot pool_slot = scope.reserve(Kind::thread, "threadpool n=" + std::to_string(n_threads));
-    ggml_threadpool_params tpp = ggml_threadpool_params_default(n_threads);
-    pool = ggml_threadpool_new(&tpp);
-    if (!pool) throw Error("cannot start a pool of " + std::to_string(n_threads) + " threads");
-    pool_slot.arm(0, [pool] { ggml_threadpool_free(pool); });
-  }
+  if (!pool && n_threads > 1) pool = new_threadpool(scope, n_threads).get();
   Scope::Slot slot = scope.reserve(Kind::context, "n_ctx=" + std::to_string(params.n_ctx));
   // The context's buffers come from the heap (CPU) or the device; the
   // difference around creation is what it took.

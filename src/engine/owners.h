@@ -46,6 +46,7 @@ struct ModelLoad {
   std::string path;
   LoadMode mode = LoadMode::mmap;
   int32_t n_gpu_layers = -1;  // all layers on the accelerator, when there is one
+  int32_t n_threads = 0;      // the model's decode threads (0: all cores)
   // Called with 0..1; returning false aborts the load.
   std::function<bool(float)> progress;
 };
@@ -61,7 +62,12 @@ class LoadAborted : public Error {
 void check_model_file(const std::string& path);
 
 Owned<llama_model> load_model(Scope& scope, const ModelLoad& load);
-Owned<llama_context> new_context(Scope& scope, llama_model* model, const llama_context_params& params);
+// A pool of `n_threads` worker threads (ggml's), joined when it is freed.
+Owned<ggml_threadpool> new_threadpool(Scope& scope, int32_t n_threads);
+// `pool`: the threads the context decodes on, owned by the caller's scope;
+// null: the context gets a pool of its own, registered before it in `scope`.
+Owned<llama_context> new_context(Scope& scope, llama_model* model, const llama_context_params& params,
+                                 ggml_threadpool* pool = nullptr);
 Owned<llama_batch> new_batch(Scope& scope, int32_t n_tokens, int32_t n_seq_max);
 Owned<llama_sampler> new_sampler_chain(Scope& scope, std::string label);
 

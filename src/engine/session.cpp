@@ -1,5 +1,6 @@
 #include "engine/session.h"
 
+#include <algorithm>
 #include <atomic>
 #include <thread>
 
@@ -11,6 +12,13 @@ std::atomic<uint64_t> g_next_request{1};
 
 bool on_abort_poll(void* data) { return static_cast<const CancelToken*>(data)->cancelled(); }
 
+// Checked before the scope is opened under the model's, which would refuse
+// with a logic error.
+Scope& open_model_scope(Model& model) {
+  if (!model.loaded()) throw Error("model '" + model.info().path + "' is unloaded; it has no sessions any more");
+  return model.scope();
+}
+
 }  // namespace
 
 int32_t default_threads() {
@@ -20,7 +28,7 @@ int32_t default_threads() {
 
 Session::Session(Model& model, const SessionOptions& o, const CancelToken* cancel)
     : model_(model),
-      scope_(model.scope(), "request:" + std::to_string(g_next_request.fetch_add(1)),
+      scope_(open_model_scope(model), "request:" + std::to_string(g_next_request.fetch_add(1)),
              ScopeOptions{.release_heap_on_close = true}),
       cancel_(cancel) {
   if (o.n_ctx < 0) throw Error("context size must be >= 0 (0: the model's training context)");
@@ -32,13 +40,15 @@ Session::Session(Model& model, const SessionOptions& o, const CancelToken* cance
   cp.n_batch = static_cast<uint32_t>(n_batch_);
   cp.n_ubatch = cp.n_batch;
   cp.n_seq_max = 1;
-  cp.n_threads = o.n_threads > 0 ? o.n_threads : default_threads();
-  cp.n_threads_batch = o.n_threads_batch > 0 ? o.n_threads_batch : cp.n_threads;
+  // The model's pool has model.n_threads() workers; a session may use fewer.
+  const int32_t max_threads = model.n_threads();
+  cp.n_threads = o.n_threads > 0 ? std::min(o.n_threads, max_threads) : max_threads;
+  cp.n_threads_batch = o.n_threads_batch > 0 ? std::min(o.n_threads_batch, max_threads) : cp.n_threads;
   if (cancel_) {
     cp.abort_callback = on_abort_poll;
     cp.abort_callback_data = const_cast<CancelToken*>(cancel_);
   }
-  ctx_ = new_context(scope_, model.get(), cp);
+  ctx_ = new_context(scope_, model.get(), cp, model.threadpool());
   // llama.cpp may round the context up (to a multiple of its padding).
   n_ctx_ = static_cast<int32_t>(llama_n_ctx(ctx_.get()));
   batch_ = new_batch(scope_, n_batch_, 1);

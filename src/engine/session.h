@@ -22,7 +22,7 @@ namespace reclaim {
 struct SessionOptions {
   int32_t n_ctx = 4096;    // 0: the model's training context
   int32_t n_batch = 512;   // tokens per prompt decode step
-  int32_t n_threads = 0;   // 0: all cores
+  int32_t n_threads = 0;   // 0: all of the model's threads (at most those)
   int32_t n_threads_batch = 0;  // 0: same as n_threads
 };
 

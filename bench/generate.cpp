@@ -4,7 +4,7 @@
 // that a slow spell of the machine falls on both; each round prints its
 // ratios and the last line their medians.
 //
-//   scripts/bench-generate [-m MODEL] [-p 512] [-n 128] [-t THREADS] [-r 3] [--rounds 3]
+//   scripts/bench-generate [-m MODEL] [-p 512] [-n 128] [-t THREADS] [-r 2] [--rounds 6]
 //
 // What is timed, on each side:
 //   pp: decoding a prompt of p random tokens in batches of 512 (llama-bench:
@@ -42,7 +42,7 @@ namespace {
 
 struct Options {
   std::string model, llama_bench = RECLAIM_LLAMA_BENCH;
-  int n_prompt = 512, n_gen = 128, threads = 0, reps = 3, rounds = 3, batch = 512;
+  int n_prompt = 512, n_gen = 128, threads = 0, reps = 2, rounds = 6, batch = 512;
 };
 
 struct Rates {

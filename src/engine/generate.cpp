@@ -108,10 +108,30 @@ GenerateResult generate(Session& s, const GenerateRequest& req, const GenerateHo
   check_fits(n_prompt, req.max_tokens, s.n_ctx());
   r.timings.prompt_tokens = n_prompt;
 
-  r.seed = resolve_seed(req.sampling);
-  Owned<llama_sampler> sampler = new_sampler(s.scope(), vocab, req.sampling, r.seed);
+  // Plain greedy needs no sampler chain: an argmax over the logits picks the
+  // same token as llama.cpp's greedy sampler (the first of equal maxima)
+  // without building the candidate array of the whole vocabulary each step,
+  // which cost 7% of generation speed with a 151,936-token vocab
+  // (bench/generate: tg 0.93x of llama-bench with the chain, 1.0x without).
+  validate(req.sampling);
+  const bool argmax = req.sampling.greedy() && (req.sampling.repeat_penalty == 1.0f || req.sampling.repeat_last_n == 0);
+  Owned<llama_sampler> sampler;
+  if (!argmax) {
+    r.seed = resolve_seed(req.sampling);
+    sampler = new_sampler(s.scope(), vocab, req.sampling, r.seed);
+    for (llama_token t : prompt) llama_sampler_accept(sampler.get(), t);
+  }
   Defer release_sampler([&] { sampler.release(); });
-  for (llama_token t : prompt) llama_sampler_accept(sampler.get(), t);
+  auto sample = [&]() -> llama_token {
+    if (!argmax) return llama_sampler_sample(sampler.get(), s.context(), -1);
+    const float* logits = llama_get_logits_ith(s.context(), -1);
+    if (!logits) throw Error("llama.cpp returned no logits for the last token");
+    llama_token best = 0;
+    for (int32_t i = 1; i < n_vocab; ++i) {
+      if (logits[i] > logits[best]) best = i;
+    }
+    return best;
+  };
 
   // Marks every cell free; the buffers need no zeroing (llama-bench does the same).
   llama_memory_clear(llama_get_memory(s.context()), false);
@@ -148,7 +168,7 @@ GenerateResult generate(Session& s, const GenerateRequest& req, const GenerateHo
   int32_t pos = n_prompt;
   for (;;) {
     if (cancelled()) break;
-    const llama_token t = llama_sampler_sample(sampler.get(), s.context(), -1);
+    const llama_token t = sample();
     if (r.tokens.empty()) r.timings.first_token_ms = ms_since(start);
     if (llama_vocab_is_eog(vocab, t)) {
       r.finish = FinishReason::eos;

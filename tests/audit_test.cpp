@@ -175,6 +175,13 @@ TEST(Audit, GenerateChecksGrowthBetweenRequestsAndFailsOnARequestLeak) {
   EXPECT_GE((*growth)["value"].get<int64_t>(), 5 * (256 << 10) - (64 << 10));
 }
 
+TEST(Audit, APooledContextStaysBetweenRequestsAndGoesWithTheModel) {
+  nlohmann::json j = audit_json("-m " + bpe() + " --scenario generate,cancel --cycles 2 --requests 5 --pool 1", 0);
+  expect_clean(j);
+  ASSERT_EQ(j["scenarios"].size(), 2u);
+  for (const auto& s : j["scenarios"]) EXPECT_TRUE(s["reclaim"]["requests_from_first"].get<bool>());
+}
+
 TEST(Audit, LogResourcesPrintsEveryAcquireAndRelease) {
   Result r = run("--log-resources audit -m " + spm() + " --scenario load-prompt-free --cycles 1");
   ASSERT_EQ(r.status, 0) << r.out;

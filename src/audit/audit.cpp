@@ -27,7 +27,8 @@ RequestFigures request_figures(const SideResult& r, int64_t Usage::*field) {
   for (const CycleRecord& c : r.cycles) {
     if (c.requests.empty()) continue;
     f.present = true;
-    for (const Usage& u : c.requests) f.residue = std::max(f.residue, u.*field - c.loaded.*field);
+    const Usage& base = r.requests_from_first ? c.requests.front() : c.loaded;
+    for (const Usage& u : c.requests) f.residue = std::max(f.residue, u.*field - base.*field);
     f.growth = std::max(f.growth, c.requests.back().*field - c.requests.front().*field);
   }
   return f;

@@ -35,6 +35,7 @@ struct CycleOptions {
   float abort_at = 0.5f;    // load-abort: fraction of the load at which to stop
   int requests = 8;         // generate, cancel: requests per cycle
   uint32_t seed = 1;        // cancel: where the requests are cancelled
+  int pool = 0;             // reclaim side: contexts kept warm between requests
   std::string test_leak;    // test-only: "heap", "fd" or "ledger" leaks on purpose each cycle
 };
 nlohmann::json to_json(const CycleOptions& o);
@@ -68,6 +69,9 @@ struct SideResult {
   std::vector<Sample> samples;
   uint64_t failed_releases = 0;
   std::vector<std::string> errors;
+  // With pooled contexts the first request makes what the next ones reuse
+  // (on the ledger under the model): request residues are counted from it.
+  bool requests_from_first = false;
 };
 nlohmann::json to_json(const SideResult& r);
 SideResult side_result_from_json(const nlohmann::json& j);

@@ -103,6 +103,8 @@ SideResult run_reclaim_cycles(const CycleOptions& o) {
   load.path = o.model;
   load.mode = load_mode_from_name(o.load_mode);
   load.n_threads = o.n_threads;
+  load.pooled_contexts = o.pool;
+  out.requests_from_first = o.pool > 0;
   if (o.scenario == Scenario::load_abort) {
     load.progress = [&](float p) { return p < o.abort_at; };
   } else {

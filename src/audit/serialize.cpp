@@ -30,6 +30,7 @@ nlohmann::json to_json(const CycleOptions& o) {
           {"n_ctx", o.n_ctx},         {"n_generate", o.n_generate},
           {"n_threads", o.n_threads}, {"abort_at", o.abort_at},
           {"requests", o.requests},   {"seed", o.seed},
+          {"pool", o.pool},
           {"test_leak", o.test_leak}};
 }
 
@@ -45,6 +46,7 @@ CycleOptions cycle_options_from_json(const nlohmann::json& j) {
   o.abort_at = j.value("abort_at", o.abort_at);
   o.requests = j.value("requests", o.requests);
   o.seed = j.value("seed", o.seed);
+  o.pool = j.value("pool", o.pool);
   o.test_leak = j.value("test_leak", o.test_leak);
   return o;
 }
@@ -77,6 +79,7 @@ nlohmann::json to_json(const SideResult& r) {
           {"cycles", cycles},
           {"samples", samples},
           {"failed_releases", r.failed_releases},
+          {"requests_from_first", r.requests_from_first},
           {"errors", r.errors}};
 }
 
@@ -108,6 +111,7 @@ SideResult side_result_from_json(const nlohmann::json& j) {
                          s.value("anon", int64_t{0})});
   }
   r.failed_releases = j.value("failed_releases", uint64_t{0});
+  r.requests_from_first = j.value("requests_from_first", false);
   r.errors = j.value("errors", std::vector<std::string>{});
   return r;
 }

@@ -17,6 +17,7 @@
 #include <llama.h>
 
 #include "core/scope.h"
+#include "engine/context_pool.h"
 #include "engine/model_info.h"
 #include "engine/owners.h"
 
@@ -41,6 +42,8 @@ class Model {
   ggml_threadpool* threadpool() const { return pool_.get(); }  // null with one thread
   int32_t n_threads() const { return n_threads_; }
   std::mutex& decode_mutex() { return decode_mu_; }
+  // Null unless the load asked for pooled contexts.
+  ContextPool* context_pool() { return contexts_.get(); }
 
   // Closes the scope now: live sessions first, then the model. Using the
   // model afterwards is an error; a second call does nothing.
@@ -51,6 +54,7 @@ class Model {
   std::unique_ptr<Scope> scope_;
   Owned<llama_model> model_;
   Owned<ggml_threadpool> pool_;
+  std::unique_ptr<ContextPool> contexts_;
   ModelInfo info_;
   LoadMode mode_;
   int32_t n_threads_ = 1;

@@ -123,16 +123,20 @@ int run(const Args& a) {
   llama_context_params cp = llama_context_default_params();
   ModelInfo info;
   {
-    // Sized before loading: refuse what cannot fit rather than swap or be killed.
-    cp.n_ctx = static_cast<uint32_t>(a.ctx);
-    cp.n_batch = cp.n_ubatch = static_cast<uint32_t>(a.batch);
-    MemoryEstimate probe = estimate_memory(load, cp, &info);
-    so.n_ctx = a.ctx > 0 ? a.ctx : std::min(4096, info.n_ctx_train);
-    if (static_cast<uint32_t>(so.n_ctx) != cp.n_ctx) {
+    // Sized before loading: refuse what cannot fit rather than swap or be
+    // killed. Without --ctx the context is 4096, or the training context if
+    // that is smaller, which only the file says: then a second estimate.
+    so.n_ctx = a.ctx > 0 ? a.ctx : 4096;
+    cp.n_ctx = static_cast<uint32_t>(so.n_ctx);
+    cp.n_batch = cp.n_ubatch = static_cast<uint32_t>(std::min(a.batch, so.n_ctx));
+    MemoryEstimate e = estimate_memory(load, cp, &info);
+    if (a.ctx == 0 && info.n_ctx_train > 0 && info.n_ctx_train < so.n_ctx) {
+      so.n_ctx = info.n_ctx_train;
       cp.n_ctx = static_cast<uint32_t>(so.n_ctx);
-      probe = estimate_memory(load, cp);
+      cp.n_batch = cp.n_ubatch = static_cast<uint32_t>(std::min(a.batch, so.n_ctx));
+      e = estimate_memory(load, cp);
     }
-    check_memory_fits(probe, "model '" + load.path + "' with a context of " + std::to_string(so.n_ctx) + " tokens");
+    check_memory_fits(e, "model '" + load.path + "' with a context of " + std::to_string(so.n_ctx) + " tokens");
   }
   load.progress = load_progress(info.name.empty() ? load.path : info.name, &g_interrupt, stderr_is_terminal());
 

@@ -6,17 +6,18 @@ namespace reclaim {
 
 namespace {
 
-std::string scope_name(const std::string& path) {
-  size_t slash = path.find_last_of('/');
-  return "model:" + (slash == std::string::npos ? path : path.substr(slash + 1));
+std::string scope_name(const ModelLoad& load) {
+  if (!load.name.empty()) return "model:" + load.name;
+  size_t slash = load.path.find_last_of('/');
+  return "model:" + (slash == std::string::npos ? load.path : load.path.substr(slash + 1));
 }
 
 }  // namespace
 
 Model::Model(const ModelLoad& load, Scope* parent) : mode_(load.mode) {
   const ScopeOptions opts{.release_heap_on_close = true};
-  scope_ = parent ? std::make_unique<Scope>(*parent, scope_name(load.path), opts)
-                  : std::make_unique<Scope>(scope_name(load.path), opts);
+  scope_ = parent ? std::make_unique<Scope>(*parent, scope_name(load), opts)
+                  : std::make_unique<Scope>(scope_name(load), opts);
   // If the load throws, scope_'s destructor closes whatever it got.
   model_ = load_model(*scope_, load);
   n_threads_ = load.n_threads > 0 ? load.n_threads : default_threads();

@@ -44,6 +44,7 @@ const char* load_mode_name(LoadMode mode);
 
 struct ModelLoad {
   std::string path;
+  std::string name;  // the model's scope is "model:<name>" (default: the file's name)
   LoadMode mode = LoadMode::mmap;
   int32_t n_gpu_layers = -1;  // all layers on the accelerator, when there is one
   int32_t n_threads = 0;      // the model's decode threads (0: all cores)

@@ -1,0 +1,448 @@
+#include "runtime/registry.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <utility>
+
+#include "core/ledger.h"
+#include "core/size.h"
+#include "engine/model_info.h"
+
+namespace reclaim {
+
+const char* model_state_name(ModelState s) {
+  switch (s) {
+    case ModelState::unloaded: return "unloaded";
+    case ModelState::loading: return "loading";
+    case ModelState::loaded: return "loaded";
+    case ModelState::unloading: return "unloading";
+  }
+  return "?";
+}
+
+using Steady = std::chrono::steady_clock;
+
+struct Registry::Entry {
+  explicit Entry(ModelSpec s) : spec(std::move(s)) {}
+  ModelSpec spec;
+  ModelState state = ModelState::unloaded;
+  std::unique_ptr<Model> model;
+  int in_flight = 0;
+  std::vector<CancelToken*> tokens;  // of the leases in flight
+  bool unload_requested = false;     // no new leases until it is unloaded
+  std::atomic<float> progress{0};
+  int64_t estimate = 0;  // of the last load
+  int64_t reserved = 0;  // what the budget counts for it now
+  uint64_t loads = 0, unloads = 0;
+  double last_load_ms = 0, last_unload_ms = 0;
+  std::chrono::system_clock::time_point last_use{};
+  Steady::time_point last_use_steady{};
+  Steady::time_point expires = Steady::time_point::max();
+  std::string last_error;
+};
+
+namespace {
+
+double ms_since(Steady::time_point t) { return std::chrono::duration<double, std::milli>(Steady::now() - t).count(); }
+
+int64_t ledger_bytes_under(const std::string& path) {
+  int64_t bytes = 0;
+  for (const LedgerEntry& e : Ledger::process().entries()) {
+    if (e.owner == path || e.owner.rfind(path + "/", 0) == 0) bytes += static_cast<int64_t>(e.bytes);
+  }
+  return bytes;
+}
+
+}  // namespace
+
+void Registry::check_name(const std::string& name) {
+  if (name.empty()) throw BadModelName("the model name is empty");
+  if (name.find('/') != std::string::npos || name.find("..") != std::string::npos ||
+      name.find('\0') != std::string::npos || name.find('\\') != std::string::npos) {
+    throw BadModelName("model name '" + name + "' is not a name: paths and '..' are not accepted; use a name from /v1/models");
+  }
+}
+
+Registry::Registry(RegistryOptions options, std::vector<ModelSpec> models)
+    : options_(std::move(options)), scope_("registry") {
+  for (ModelSpec& m : models) {
+    check_name(m.name);
+    for (const Entry& e : entries_) {
+      if (e.spec.name == m.name) throw Error("two models are named '" + m.name + "'");
+    }
+    entries_.emplace_back(std::move(m));
+  }
+  reaper_ = std::thread([this] { reaper(); });
+}
+
+Registry::~Registry() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  reaper_cv_.notify_all();
+  cv_.notify_all();
+  reaper_.join();
+  unload_all(UnloadMode::cancel, Millis(0));
+  scope_.close();
+}
+
+Registry::Entry& Registry::find_locked(const std::string& name) {
+  for (Entry& e : entries_) {
+    if (e.spec.name == name) return e;
+  }
+  throw UnknownModel("model '" + name + "' is not one this server has (see /v1/models)");
+}
+
+const Registry::Entry& Registry::find_locked(const std::string& name) const {
+  return const_cast<Registry*>(this)->find_locked(name);
+}
+
+Lease Registry::acquire(const std::string& name, Millis keep_alive) {
+  check_name(name);
+  std::unique_lock lock(mu_);
+  for (;;) {
+    if (stopping_) throw NoRoom("the server is shutting down");
+    Entry& e = find_locked(name);
+    if (e.state == ModelState::loaded && !e.unload_requested) {
+      Lease l;
+      l.registry_ = this;
+      l.entry_ = &e;
+      l.model_ = e.model.get();
+      l.token_ = std::make_unique<CancelToken>();
+      l.keep_alive_ = keep_alive;
+      e.tokens.push_back(l.token_.get());
+      ++e.in_flight;
+      e.expires = Steady::time_point::max();
+      return l;
+    }
+    if (e.state == ModelState::unloaded && !e.unload_requested) {
+      if (!options_.autoload) {
+        throw NotLoaded("model '" + name + "' is not loaded, and this server does not load models on request "
+                        "(--no-autoload): load it with POST /v1/models/load");
+      }
+      load_locked(lock, e);
+      continue;
+    }
+    cv_.wait(lock);  // loading, unloading, or an unload is waiting for its requests
+  }
+}
+
+void Registry::load(const std::string& name, bool pin) {
+  check_name(name);
+  std::unique_lock lock(mu_);
+  Entry& e = find_locked(name);
+  if (pin) e.spec.pinned = true;
+  for (;;) {
+    if (stopping_) throw NoRoom("the server is shutting down");
+    if (e.state == ModelState::loaded && !e.unload_requested) break;
+    if (e.state == ModelState::unloaded && !e.unload_requested) {
+      load_locked(lock, e);
+      continue;
+    }
+    cv_.wait(lock);
+  }
+  if (e.in_flight == 0) {
+    e.expires = e.spec.pinned || options_.keep_alive.count() < 0 ? Steady::time_point::max()
+                                                                   : Steady::now() + options_.keep_alive;
+    reaper_cv_.notify_all();
+  }
+}
+
+void Registry::load_locked(std::unique_lock<std::mutex>& lock, Entry& e) {
+  e.state = ModelState::loading;
+  e.progress = 0;
+  e.last_error.clear();
+  cv_.notify_all();
+  auto fail = [&](const std::string& why) {
+    e.state = ModelState::unloaded;
+    e.reserved = 0;
+    e.last_error = why;
+    cv_.notify_all();
+  };
+  ModelLoad load;
+  load.path = e.spec.path;
+  load.name = e.spec.name;
+  load.mode = options_.load_mode;
+  load.n_gpu_layers = options_.n_gpu_layers;
+  load.n_threads = options_.n_threads;
+  load.pooled_contexts = options_.pooled_contexts;
+  load.progress = [this, &e](float p) {
+    e.progress = p;
+    std::lock_guard lock(mu_);  // the flag is read under the registry's lock
+    return !stopping_;
+  };
+  llama_context_params cp = llama_context_default_params();
+  cp.n_ctx = static_cast<uint32_t>(options_.session.n_ctx);
+  cp.n_batch = cp.n_ubatch = static_cast<uint32_t>(options_.session.n_batch);
+  cp.n_threads = cp.n_threads_batch = options_.n_threads > 0 ? options_.n_threads : default_threads();
+
+  lock.unlock();
+  int64_t estimate = 0;
+  try {
+    MemoryEstimate m = estimate_memory(load, cp);
+    // The model plus the contexts that may be alive at once: one a pooled slot, at least one.
+    estimate = m.model_host + m.model_device + m.model_overhead +
+               std::max(1, options_.pooled_contexts) * (m.per_context_host() + m.context_device + m.compute_device);
+  } catch (const std::exception& ex) {
+    lock.lock();
+    fail(ex.what());
+    throw;
+  }
+  lock.lock();
+  try {
+    make_room_locked(lock, e, estimate);
+  } catch (const std::exception& ex) {
+    fail(ex.what());
+    throw;
+  }
+  e.estimate = estimate;
+  e.reserved = estimate;
+  lock.unlock();
+  const Steady::time_point t0 = Steady::now();
+  std::unique_ptr<Model> model;
+  try {
+    model = std::make_unique<Model>(load, &scope_);
+  } catch (const std::exception& ex) {
+    lock.lock();
+    fail(ex.what());
+    throw;
+  }
+  const double ms = ms_since(t0);
+  const int64_t actual = ledger_bytes_under(model->scope().path());
+  if (log_topic_enabled("models")) {
+    std::fprintf(stderr, "reclaim: loaded '%s' in %.0f ms: estimate %s, on the ledger %s\n", e.spec.name.c_str(), ms,
+                 format_bytes(estimate).c_str(), format_bytes(actual).c_str());
+  }
+  lock.lock();
+  e.model = std::move(model);
+  e.state = ModelState::loaded;
+  e.progress = 1;
+  ++e.loads;
+  e.last_load_ms = ms;
+  e.last_use = std::chrono::system_clock::now();
+  e.last_use_steady = Steady::now();
+  cv_.notify_all();
+}
+
+void Registry::make_room_locked(std::unique_lock<std::mutex>& lock, Entry& for_entry, int64_t needed) {
+  const int64_t budget = options_.memory_budget;
+  if (budget > 0 && needed > budget) {
+    throw NoRoom("model '" + for_entry.spec.name + "' needs about " + format_bytes(needed) +
+                 ", more than the whole memory budget of " + format_bytes(budget));
+  }
+  for (;;) {
+    int64_t used = 0;
+    int loaded = 0;
+    bool unloading = false;
+    for (const Entry& e : entries_) {
+      if (&e == &for_entry) continue;
+      used += e.reserved;
+      if (e.state == ModelState::loaded || e.state == ModelState::loading) ++loaded;
+      unloading = unloading || e.state == ModelState::unloading;
+    }
+    const bool budget_ok = budget == 0 || used + needed <= budget;
+    const bool count_ok = options_.max_loaded == 0 || loaded < options_.max_loaded;
+    if (budget_ok && count_ok) return;
+    // Least recently used first, among the idle ones nobody pinned.
+    Entry* victim = nullptr;
+    for (Entry& e : entries_) {
+      if (&e == &for_entry || e.state != ModelState::loaded || e.in_flight > 0 || e.spec.pinned || e.unload_requested) continue;
+      if (!victim || e.last_use_steady < victim->last_use_steady) victim = &e;
+    }
+    if (victim) {
+      unload_locked(lock, *victim, UnloadMode::drain, Millis(0));
+      continue;
+    }
+    if (unloading) {
+      cv_.wait(lock);
+      continue;
+    }
+    std::string held;
+    for (const Entry& e : entries_) {
+      if (&e == &for_entry || e.reserved == 0) continue;
+      held += (held.empty() ? "" : ", ") + e.spec.name + " " + format_bytes(e.reserved) +
+              (e.spec.pinned ? " (pinned)" : e.in_flight > 0 ? " (" + std::to_string(e.in_flight) + " requests in flight)" : " (loading)");
+    }
+    if (!budget_ok) {
+      throw NoRoom("model '" + for_entry.spec.name + "' needs about " + format_bytes(needed) + " and " +
+                   format_bytes(std::max<int64_t>(0, budget - used)) + " of the " + format_bytes(budget) +
+                   " budget is free; held by: " + held);
+    }
+    throw NoRoom("model '" + for_entry.spec.name + "' would be model " + std::to_string(loaded + 1) + " loaded, over --max-loaded " +
+                 std::to_string(options_.max_loaded) + "; none can be evicted: " + held);
+  }
+}
+
+void Registry::unload(const std::string& name, UnloadMode mode, Millis timeout) {
+  check_name(name);
+  std::unique_lock lock(mu_);
+  unload_locked(lock, find_locked(name), mode, timeout);
+}
+
+void Registry::unload_all(UnloadMode mode, Millis timeout) {
+  std::unique_lock lock(mu_);
+  for (Entry& e : entries_) unload_locked(lock, e, mode, timeout);
+}
+
+void Registry::unload_locked(std::unique_lock<std::mutex>& lock, Entry& e, UnloadMode mode, Millis timeout) {
+  cv_.wait(lock, [&] { return e.state != ModelState::loading; });
+  if (e.state == ModelState::unloaded) return;
+  if (e.state == ModelState::unloading || e.unload_requested) {
+    cv_.wait(lock, [&] { return e.state == ModelState::unloaded; });
+    return;
+  }
+  e.unload_requested = true;
+  cv_.notify_all();
+  auto cancel_all = [&] {
+    for (CancelToken* t : e.tokens) t->cancel(CancelReason::caller);
+  };
+  if (mode == UnloadMode::cancel) {
+    cancel_all();
+  } else if (!cv_.wait_for(lock, timeout, [&] { return e.in_flight == 0; })) {
+    cancel_all();
+  }
+  // Cancelled requests stop within one decode step and drop their leases.
+  cv_.wait(lock, [&] { return e.in_flight == 0; });
+  finish_unload_locked(lock, e);
+}
+
+void Registry::finish_unload_locked(std::unique_lock<std::mutex>& lock, Entry& e) {
+  e.state = ModelState::unloading;
+  std::unique_ptr<Model> model = std::move(e.model);
+  cv_.notify_all();
+  lock.unlock();
+  const Steady::time_point t0 = Steady::now();
+  model.reset();
+  const double ms = ms_since(t0);
+  lock.lock();
+  e.state = ModelState::unloaded;
+  e.unload_requested = false;
+  e.reserved = 0;
+  e.progress = 0;
+  e.expires = Steady::time_point::max();
+  ++e.unloads;
+  e.last_unload_ms = ms;
+  cv_.notify_all();
+}
+
+void Registry::release_lease(Lease& l) noexcept {
+  std::lock_guard lock(mu_);
+  Entry& e = *l.entry_;
+  e.tokens.erase(std::remove(e.tokens.begin(), e.tokens.end(), l.token_.get()), e.tokens.end());
+  --e.in_flight;
+  e.last_use = std::chrono::system_clock::now();
+  e.last_use_steady = Steady::now();
+  if (e.in_flight == 0) {
+    const Millis ka = l.keep_alive_.count() == -2 ? options_.keep_alive : l.keep_alive_;
+    e.expires = e.spec.pinned || ka.count() < 0 ? Steady::time_point::max() : Steady::now() + ka;
+    reaper_cv_.notify_all();
+  }
+  cv_.notify_all();
+}
+
+void Registry::reaper() {
+  std::unique_lock lock(mu_);
+  while (!stopping_) {
+    const Steady::time_point now = Steady::now();
+    Steady::time_point next = Steady::time_point::max();
+    Entry* expired = nullptr;
+    for (Entry& e : entries_) {
+      if (e.state != ModelState::loaded || e.in_flight > 0 || e.unload_requested || e.spec.pinned) continue;
+      if (e.expires <= now) {
+        expired = &e;
+        break;
+      }
+      next = std::min(next, e.expires);
+    }
+    if (expired) {
+      unload_locked(lock, *expired, UnloadMode::drain, Millis(0));
+      continue;
+    }
+    if (next == Steady::time_point::max()) {
+      reaper_cv_.wait(lock);
+    } else {
+      reaper_cv_.wait_until(lock, next);
+    }
+  }
+}
+
+ModelStatus Registry::status_locked(const Entry& e) const {
+  ModelStatus s;
+  s.name = e.spec.name;
+  s.path = e.spec.path;
+  s.state = e.state;
+  s.pinned = e.spec.pinned;
+  s.in_flight = e.in_flight;
+  s.load_progress = e.progress;
+  s.estimate = e.estimate;
+  if (e.model && e.state == ModelState::loaded) s.loaded_bytes = ledger_bytes_under(e.model->scope().path());
+  s.loads = e.loads;
+  s.unloads = e.unloads;
+  s.last_load_ms = e.last_load_ms;
+  s.last_unload_ms = e.last_unload_ms;
+  s.last_use = e.last_use;
+  s.last_error = e.last_error;
+  return s;
+}
+
+std::vector<ModelStatus> Registry::list() const {
+  std::lock_guard lock(mu_);
+  std::vector<ModelStatus> out;
+  for (const Entry& e : entries_) out.push_back(status_locked(e));
+  return out;
+}
+
+ModelStatus Registry::status(const std::string& name) const {
+  check_name(name);
+  std::lock_guard lock(mu_);
+  return status_locked(find_locked(name));
+}
+
+bool Registry::wait_for_state(const std::string& name, ModelState state, Millis timeout) const {
+  std::unique_lock lock(mu_);
+  const Entry& e = find_locked(name);
+  return cv_.wait_for(lock, timeout, [&] { return e.state == state; });
+}
+
+int64_t Registry::accounted() const {
+  std::lock_guard lock(mu_);
+  int64_t sum = 0;
+  for (const Entry& e : entries_) sum += e.reserved;
+  return sum;
+}
+
+Lease::Lease(Lease&& o) noexcept
+    : registry_(std::exchange(o.registry_, nullptr)),
+      entry_(std::exchange(o.entry_, nullptr)),
+      model_(std::exchange(o.model_, nullptr)),
+      token_(std::move(o.token_)),
+      keep_alive_(o.keep_alive_) {}
+
+Lease& Lease::operator=(Lease&& o) noexcept {
+  if (this != &o) {
+    release();
+    registry_ = std::exchange(o.registry_, nullptr);
+    entry_ = std::exchange(o.entry_, nullptr);
+    model_ = std::exchange(o.model_, nullptr);
+    token_ = std::move(o.token_);
+    keep_alive_ = o.keep_alive_;
+  }
+  return *this;
+}
+
+Lease::~Lease() { release(); }
+
+void Lease::release() {
+  if (!registry_) return;
+  registry_->release_lease(*this);
+  registry_ = nullptr;
+  entry_ = nullptr;
+  model_ = nullptr;
+  token_.reset();
+}
+
+const std::string& Lease::name() const { return entry_->spec.name; }
+
+}  // namespace reclaim

@@ -1,0 +1,172 @@
+// The models a server hosts, loaded and unloaded at run time.
+//
+// A request takes a Lease on a model: while any lease is alive the model stays
+// loaded, and an unload waits for the last one (drain) or cancels them through
+// their tokens (cancel). A model nobody holds is unloaded when its keep-alive
+// expires, or evicted, least recently used first, when another model needs
+// its room in the memory budget; pinned models and models with requests in
+// flight are never evicted. Concurrent requests for a model that is loading
+// wait for that one load.
+//
+// Memory is accounted with the engine's estimate before a load (the budget
+// is never exceeded by that accounting) and checked against the ledger after.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/cancel.h"
+#include "core/error.h"
+#include "core/scope.h"
+#include "engine/model.h"
+#include "engine/session.h"
+
+namespace reclaim {
+
+enum class ModelState { unloaded, loading, loaded, unloading };
+const char* model_state_name(ModelState s);
+
+struct ModelSpec {
+  std::string name;  // what requests call it
+  std::string path;
+  bool pinned = false;
+};
+
+using Millis = std::chrono::milliseconds;
+
+struct RegistryOptions {
+  int64_t memory_budget = 0;  // bytes for all loaded models; 0: no budget
+  int max_loaded = 0;         // 0: no limit
+  Millis keep_alive = std::chrono::minutes(5);  // < 0: never unload; 0: right after the last request
+  bool autoload = true;       // a request for an unloaded model loads it
+  LoadMode load_mode = LoadMode::mmap;
+  int32_t n_gpu_layers = -1;
+  int32_t n_threads = 0;
+  int32_t pooled_contexts = 0;
+  SessionOptions session;     // the context a request gets; sized into the estimate
+};
+
+// Errors that a server maps to HTTP statuses.
+class UnknownModel : public Error {  // 404
+ public:
+  using Error::Error;
+};
+class BadModelName : public Error {  // 400
+ public:
+  using Error::Error;
+};
+class NoRoom : public Error {  // 503: the budget cannot take it now
+ public:
+  using Error::Error;
+};
+class NotLoaded : public Error {  // 503: unloaded and autoload is off
+ public:
+  using Error::Error;
+};
+
+struct ModelStatus {
+  std::string name, path;
+  ModelState state = ModelState::unloaded;
+  bool pinned = false;
+  int in_flight = 0;
+  float load_progress = 0;   // 0..1 while loading
+  int64_t estimate = 0;      // bytes the budget counts (host + device), 0 before the first load
+  int64_t loaded_bytes = 0;  // on the ledger under the model's scope, while loaded
+  uint64_t loads = 0, unloads = 0;
+  double last_load_ms = 0, last_unload_ms = 0;
+  std::chrono::system_clock::time_point last_use{};
+  std::string last_error;
+};
+
+class Lease;
+
+enum class UnloadMode { drain, cancel };
+
+class Registry {
+ public:
+  Registry(RegistryOptions options, std::vector<ModelSpec> models);
+  ~Registry();  // unloads everything, cancelling what runs
+  Registry(const Registry&) = delete;
+  Registry& operator=(const Registry&) = delete;
+
+  // Throws BadModelName, UnknownModel, NotLoaded, NoRoom, or the load's Error.
+  // `keep_alive`: this request's (Ollama's keep_alive field); -2: the registry's.
+  Lease acquire(const std::string& name, Millis keep_alive = Millis(-2));
+  // Loads without a request; `pin` keeps it from eviction and keep-alive.
+  void load(const std::string& name, bool pin = false);
+  // Returns once the model is unloaded. drain: waits up to `timeout` for the
+  // requests in flight, then cancels them; cancel: cancels them at once.
+  void unload(const std::string& name, UnloadMode mode, Millis timeout);
+  void unload_all(UnloadMode mode, Millis timeout);
+
+  std::vector<ModelStatus> list() const;
+  ModelStatus status(const std::string& name) const;
+  // Waits (on the registry's condition, not a sleep) until `name` is in `state`.
+  bool wait_for_state(const std::string& name, ModelState state, Millis timeout) const;
+  // Bytes the budget counts now: estimates of the models loaded or loading.
+  int64_t accounted() const;
+  const RegistryOptions& options() const { return options_; }
+  Scope& scope() { return scope_; }
+
+  // Checks a request's model name: non-empty, no '/', no "..", no NUL.
+  static void check_name(const std::string& name);
+
+ private:
+  struct Entry;
+  friend class Lease;
+
+  Entry& find_locked(const std::string& name);
+  const Entry& find_locked(const std::string& name) const;
+  ModelStatus status_locked(const Entry& e) const;
+  // With the lock held on entry and exit; drops it while loading.
+  void load_locked(std::unique_lock<std::mutex>& lock, Entry& e);
+  void make_room_locked(std::unique_lock<std::mutex>& lock, Entry& for_entry, int64_t needed);
+  void unload_locked(std::unique_lock<std::mutex>& lock, Entry& e, UnloadMode mode, Millis timeout);
+  void finish_unload_locked(std::unique_lock<std::mutex>& lock, Entry& e);
+  void release_lease(Lease& lease) noexcept;
+  void reaper();
+
+  RegistryOptions options_;
+  Scope scope_;
+  mutable std::mutex mu_;
+  mutable std::condition_variable cv_;  // any state or lease change
+  std::condition_variable reaper_cv_;
+  std::list<Entry> entries_;  // stable addresses: leases point into it
+  bool stopping_ = false;
+  std::thread reaper_;
+};
+
+// A request's hold on a loaded model. Movable; the model stays loaded while
+// it lives. Its cancel token is cancelled by an unload in cancel mode (or at
+// the end of a drain).
+class Lease {
+ public:
+  Lease() = default;
+  Lease(Lease&& other) noexcept;
+  Lease& operator=(Lease&& other) noexcept;
+  ~Lease();
+
+  Model& model() const { return *model_; }
+  // The token the request's session should take (parent of the request's own).
+  const CancelToken& cancel_token() const { return *token_; }
+  const std::string& name() const;
+  explicit operator bool() const { return model_ != nullptr; }
+  void release();
+
+ private:
+  friend class Registry;
+  Registry* registry_ = nullptr;
+  Registry::Entry* entry_ = nullptr;
+  Model* model_ = nullptr;
+  std::unique_ptr<CancelToken> token_;
+  Millis keep_alive_{-2};  // -2: the registry's
+};
+
+}  // namespace reclaim

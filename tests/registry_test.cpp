@@ -1,0 +1,227 @@
+#include "runtime/registry.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <future>
+#include <thread>
+
+#include "core/ledger.h"
+#include "engine/generate.h"
+#include "small_models.h"
+
+using namespace reclaim;
+using reclaim::testing::small_model;
+using namespace std::chrono_literals;
+
+namespace {
+
+// A second spm file, so that two entries are two models.
+const std::string& spm_copy() {
+  static const std::string p = [] {
+    std::string to = ::testing::TempDir() + "/small-spm-copy.gguf";
+    std::filesystem::copy_file(small_model("spm"), to, std::filesystem::copy_options::overwrite_existing);
+    return to;
+  }();
+  return p;
+}
+
+RegistryOptions options(Millis keep_alive = -1ms) {
+  RegistryOptions o;
+  o.keep_alive = keep_alive;
+  o.session.n_ctx = 128;
+  o.session.n_batch = 64;
+  return o;
+}
+
+std::vector<ModelSpec> models() {
+  return {{"a", small_model("spm")}, {"b", small_model("bpe")}, {"c", spm_copy()}};
+}
+
+uint64_t live() { return Ledger::process().totals().count; }
+
+GenerateResult run_request(Lease& lease, int max_tokens, const GenerateHooks& hooks = {}) {
+  CancelToken own;
+  own.link(&lease.cancel_token());
+  SessionOptions so;
+  so.n_ctx = 128;
+  so.n_batch = 64;
+  Session s(lease.model(), so, &own);
+  GenerateRequest r;
+  r.prompt = "The registry keeps";
+  r.max_tokens = max_tokens;
+  r.sampling.temperature = 0;
+  return generate(s, r, hooks);
+}
+
+}  // namespace
+
+TEST(Registry, ConcurrentRequestsForAnUnloadedModelShareOneLoad) {
+  const uint64_t before = live();
+  {
+    Registry reg(options(), models());
+    auto take = [&] { return reg.acquire("a"); };
+    auto f1 = std::async(std::launch::async, take);
+    auto f2 = std::async(std::launch::async, take);
+    Lease l1 = f1.get(), l2 = f2.get();
+    EXPECT_EQ(&l1.model(), &l2.model());
+    ModelStatus s = reg.status("a");
+    EXPECT_EQ(s.loads, 1u);
+    EXPECT_EQ(s.state, ModelState::loaded);
+    EXPECT_EQ(s.in_flight, 2);
+    EXPECT_GT(s.estimate, 0);
+    EXPECT_GT(s.loaded_bytes, 0);
+    EXPECT_EQ(run_request(l1, 4).tokens.size(), 4u);
+  }
+  EXPECT_EQ(live(), before);
+}
+
+TEST(Registry, KeepAliveZeroUnloadsAfterTheLastRequest) {
+  const uint64_t before = live();
+  Registry reg(options(0ms), models());
+  {
+    Lease l = reg.acquire("a");
+    run_request(l, 4);
+  }
+  ASSERT_TRUE(reg.wait_for_state("a", ModelState::unloaded, 10s));
+  EXPECT_EQ(reg.status("a").unloads, 1u);
+  EXPECT_EQ(live(), before);
+  // A request's own keep_alive overrides the server's: here "never".
+  { Lease l = reg.acquire("a", Millis(-1)); }
+  EXPECT_FALSE(reg.wait_for_state("a", ModelState::unloaded, 300ms));
+  EXPECT_EQ(reg.status("a").state, ModelState::loaded);
+}
+
+TEST(Registry, ARequestsKeepAliveOfZeroUnloadsAModelKeptForever) {
+  Registry reg(options(-1ms), models());
+  { Lease l = reg.acquire("b", 0ms); }
+  EXPECT_TRUE(reg.wait_for_state("b", ModelState::unloaded, 10s));
+}
+
+TEST(Registry, TheBudgetKeepsWhatFitsAndEvictsTheLeastRecentlyUsed) {
+  int64_t est_a = 0, est_b = 0;
+  {
+    Registry probe(options(), models());
+    probe.load("a");
+    probe.load("b");
+    est_a = probe.status("a").estimate;
+    est_b = probe.status("b").estimate;
+  }
+  RegistryOptions o = options();
+  // a and b fit together; a third as big as a does not. (Estimates measure
+  // heap that bookkeeping takes, and vary by some KiB from load to load.)
+  o.memory_budget = est_a + est_b + est_a / 2;
+  Registry reg(o, models());
+  { Lease l = reg.acquire("a"); }
+  { Lease l = reg.acquire("b"); }
+  EXPECT_EQ(reg.status("a").state, ModelState::loaded) << "evicted although it fit";
+  EXPECT_NEAR(static_cast<double>(reg.accounted()), static_cast<double>(est_a + est_b), 0.01 * (est_a + est_b));
+  { Lease l = reg.acquire("c"); }  // a is the least recently used
+  EXPECT_EQ(reg.status("a").state, ModelState::unloaded);
+  EXPECT_EQ(reg.status("b").state, ModelState::loaded);
+  EXPECT_EQ(reg.status("c").state, ModelState::loaded);
+  EXPECT_LE(reg.accounted(), o.memory_budget);
+}
+
+TEST(Registry, BusyAndPinnedModelsAreNeverEvictedAndTheRefusalSaysWhy) {
+  int64_t est = 0;
+  {
+    Registry probe(options(), models());
+    probe.load("a");
+    est = probe.status("a").estimate;
+  }
+  RegistryOptions o = options();
+  o.memory_budget = est + est / 2;  // room for one spm model
+  Registry reg(o, models());
+  {
+    Lease busy = reg.acquire("a");
+    try {
+      reg.acquire("c");
+      FAIL() << "no refusal";
+    } catch (const NoRoom& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("needs about"), std::string::npos) << m;
+      EXPECT_NE(m.find("a "), std::string::npos) << m;
+      EXPECT_NE(m.find("1 requests in flight"), std::string::npos) << m;
+    }
+    EXPECT_EQ(reg.status("c").state, ModelState::unloaded);
+  }
+  reg.load("a", true);
+  try {
+    reg.acquire("c");
+    FAIL() << "no refusal";
+  } catch (const NoRoom& e) {
+    EXPECT_NE(std::string(e.what()).find("(pinned)"), std::string::npos) << e.what();
+  }
+  RegistryOptions tiny = options();
+  tiny.memory_budget = 1024;
+  Registry small(tiny, models());
+  try {
+    small.acquire("a");
+    FAIL() << "no refusal";
+  } catch (const NoRoom& e) {
+    EXPECT_NE(std::string(e.what()).find("more than the whole memory budget"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(small.accounted(), 0);
+}
+
+TEST(Registry, DrainWaitsForTheRequestAndCancelStopsIt) {
+  const uint64_t before = live();
+  Registry reg(options(), models());
+  Lease held = reg.acquire("a");
+  auto drained = std::async(std::launch::async, [&] { reg.unload("a", UnloadMode::drain, 60s); });
+  EXPECT_EQ(drained.wait_for(300ms), std::future_status::timeout) << "the unload did not wait for the request";
+  EXPECT_EQ(reg.status("a").state, ModelState::loaded);
+  held.release();
+  drained.get();
+  EXPECT_EQ(reg.status("a").state, ModelState::unloaded);
+  EXPECT_EQ(live(), before);
+
+  // cancel: a request generating until its context is full is stopped.
+  Lease busy = reg.acquire("a");
+  std::promise<void> started;
+  GenerateHooks hooks;
+  bool told = false;
+  hooks.before_decode = [&](int step, bool) {
+    if (step == 2 && !told) {
+      told = true;
+      started.set_value();
+    }
+  };
+  auto request = std::async(std::launch::async, [&] {
+    GenerateResult r = run_request(busy, -1, hooks);
+    busy.release();
+    return r;
+  });
+  started.get_future().wait();
+  reg.unload("a", UnloadMode::cancel, 0ms);
+  GenerateResult r = request.get();
+  EXPECT_EQ(r.finish, FinishReason::cancelled);
+  EXPECT_EQ(reg.status("a").state, ModelState::unloaded);
+  EXPECT_EQ(live(), before);
+}
+
+TEST(Registry, NamesAreResolvedOnlyInsideTheConfiguredSet) {
+  RegistryOptions o = options();
+  o.autoload = false;
+  Registry reg(o, models());
+  EXPECT_THROW(reg.acquire("../a"), BadModelName);
+  EXPECT_THROW(reg.acquire("/etc/passwd"), BadModelName);
+  EXPECT_THROW(reg.acquire(""), BadModelName);
+  EXPECT_THROW(reg.acquire("nope"), UnknownModel);
+  EXPECT_THROW(reg.acquire("a"), NotLoaded);
+  reg.load("a");
+  EXPECT_TRUE(reg.acquire("a"));
+  EXPECT_THROW(Registry(options(), {{"x", "p"}, {"x", "q"}}), Error);
+}
+
+TEST(Registry, AFailedLoadLeavesNothingAndSaysWhy) {
+  const uint64_t before = live();
+  Registry reg(options(), {{"gone", "/nonexistent/model.gguf"}});
+  EXPECT_THROW(reg.acquire("gone"), Error);
+  ModelStatus s = reg.status("gone");
+  EXPECT_EQ(s.state, ModelState::unloaded);
+  EXPECT_NE(s.last_error.find("/nonexistent/model.gguf"), std::string::npos) << s.last_error;
+  EXPECT_EQ(reg.accounted(), 0);
+  EXPECT_EQ(live(), before);
+}

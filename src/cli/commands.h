@@ -13,5 +13,6 @@ using Command = std::function<int()>;
 Command add_audit(CLI::App& app);
 Command add_make_test_model(CLI::App& app);
 Command add_run(CLI::App& app);
+Command add_serve(CLI::App& app);
 
 }  // namespace reclaim::cli

@@ -43,11 +43,12 @@ std::vector<DeviceMemory> probe_devices() {
   return out;
 }
 
+}  // namespace
+
 // glibc keeps the stacks of joined threads in a cache (40 MiB by default) and
-// reuses them for new threads. Filled once at start, the cache holds as many
-// stacks as it ever will, so the worker threads of a context, which are
-// joined when it is freed, leave no mapping behind them (measured: +2 maps a
-// context without this).
+// reuses them for new threads. Filled, the cache holds as many stacks as it
+// ever will, so worker threads that are joined again leave no mapping behind
+// them (measured: +2 maps a context without this).
 int warm_thread_stack_cache() {
   constexpr int kThreads = 8;  // more stacks of the default size than the cache keeps
   std::vector<std::thread> threads;
@@ -56,6 +57,8 @@ int warm_thread_stack_cache() {
   for (std::thread& t : threads) t.join();
   return kThreads;
 }
+
+namespace {
 
 // An accelerator's driver context (CUDA's primary context, a Vulkan device)
 // is made on first use and kept until exit; made here, it is in the baseline

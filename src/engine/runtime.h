@@ -31,6 +31,13 @@ class Runtime {
   Usage before_, after_;
 };
 
+// Fills glibc's cache of thread stacks (40 MiB, about 5 default stacks), so
+// that worker threads started and joined later reuse cached stacks rather
+// than map new ones that the cache then keeps. Runtime does it at start-up; a
+// program that starts long-lived threads of its own (a server) does it again
+// after them. Returns the threads it started and joined.
+int warm_thread_stack_cache();
+
 // llama.cpp's error lines logged on this thread since the last call, joined;
 // load failures are reported with them, since llama returns only NULL.
 std::string take_llama_errors();

@@ -1,0 +1,194 @@
+// `reclaim serve`: the registry and the HTTP server, and an orderly end on
+// SIGTERM/SIGINT: stop accepting, let requests finish up to
+// --shutdown-timeout, cancel the rest, unload every model, print the final
+// ledger (it must be empty) and exit 0.
+#include <dirent.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <cstdio>
+#include <thread>
+
+#include "cli/commands.h"
+#include "core/heap.h"
+#include "core/ledger.h"
+#include "core/size.h"
+#include "engine/runtime.h"
+#include "engine/test_model.h"
+#include "runtime/registry.h"
+#include "server/openai.h"
+#include "server/server.h"
+
+namespace reclaim::cli {
+
+namespace {
+
+struct Args {
+  std::vector<std::string> models, pins, preload;
+  std::string models_dir, host = "127.0.0.1", api_key, api_key_file, memory_budget = "0", keep_alive = "5m";
+  std::string unload_timeout = "30s", shutdown_timeout = "30s", chat_template, load_mode = "mmap";
+  int port = 8080, max_loaded = 0, ctx = 4096, threads = 0, parallel = 1, batch = 512;
+  bool no_autoload = false, verbose = false;
+};
+
+Millis duration(const std::string& text, const std::string& flag) {
+  try {
+    return Millis(server::parse_duration_ms(nlohmann::json(text), flag));
+  } catch (const server::ApiException& e) {
+    throw Error(std::string("--") + e.what());
+  }
+}
+
+std::vector<ModelSpec> model_specs(const Args& a) {
+  std::vector<ModelSpec> out;
+  for (const std::string& m : a.models) {
+    // PATH[:ALIAS]; the alias defaults to the file name without .gguf.
+    std::string path = m, alias;
+    const size_t colon = m.rfind(':');
+    if (colon != std::string::npos && m.find('/', colon) == std::string::npos) {
+      path = m.substr(0, colon);
+      alias = m.substr(colon + 1);
+    }
+    check_model_file(path);
+    if (alias.empty()) {
+      alias = path.substr(path.find_last_of('/') + 1);
+      if (alias.size() > 5 && alias.substr(alias.size() - 5) == ".gguf") alias.resize(alias.size() - 5);
+    }
+    out.push_back({alias, path, false});
+  }
+  if (!a.models_dir.empty()) {
+    DIR* d = ::opendir(a.models_dir.c_str());
+    if (!d) throw Error("--models-dir '" + a.models_dir + "' cannot be read: " + std::strerror(errno));
+    std::vector<std::string> names;
+    while (dirent* e = ::readdir(d)) {
+      std::string n = e->d_name;
+      if (n.size() > 5 && n.substr(n.size() - 5) == ".gguf") names.push_back(n);
+    }
+    ::closedir(d);
+    std::sort(names.begin(), names.end());
+    for (const std::string& n : names) out.push_back({n.substr(0, n.size() - 5), a.models_dir + "/" + n, false});
+  }
+  if (out.empty()) {
+    const std::string p = default_test_model();
+    std::fprintf(stderr, "reclaim: no model given (-m, --models-dir): serving the random-weight test model as 'test'; its output is noise\n");
+    out.push_back({"test", p, false});
+  }
+  for (const std::string& pin : a.pins) {
+    auto it = std::find_if(out.begin(), out.end(), [&](const ModelSpec& s) { return s.name == pin; });
+    if (it == out.end()) throw Error("--pin " + pin + ": no model of that name");
+    it->pinned = true;
+  }
+  return out;
+}
+
+int serve(const Args& a) {
+  // Signals go to one thread that waits for them, so the handler is not
+  // limited to async-signal-safe calls. Blocked before any thread starts.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+
+  RuntimeOptions ro;
+  ro.verbose = a.verbose;
+  Runtime runtime(ro);
+  RegistryOptions opts;
+  opts.memory_budget = parse_size(a.memory_budget);
+  opts.max_loaded = a.max_loaded;
+  opts.keep_alive = duration(a.keep_alive, "keep-alive");
+  opts.autoload = !a.no_autoload;
+  opts.load_mode = load_mode_from_name(a.load_mode);
+  opts.n_threads = a.threads;
+  opts.pooled_contexts = a.parallel;
+  opts.session.n_ctx = a.ctx;
+  opts.session.n_batch = a.batch;
+  server::ServerOptions so;
+  so.host = a.host;
+  so.port = a.port;
+  so.api_key = a.api_key;
+  if (!a.api_key_file.empty()) {
+    std::FILE* f = std::fopen(a.api_key_file.c_str(), "r");
+    if (!f) throw Error("--api-key-file '" + a.api_key_file + "' cannot be read: " + std::strerror(errno));
+    char buf[512] = {};
+    size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+    std::fclose(f);
+    so.api_key.assign(buf, n);
+    while (!so.api_key.empty() && (so.api_key.back() == '\n' || so.api_key.back() == '\r')) so.api_key.pop_back();
+    if (so.api_key.empty()) throw Error("--api-key-file '" + a.api_key_file + "' is empty");
+  }
+  so.chat_template = a.chat_template;
+  so.unload_timeout = duration(a.unload_timeout, "unload-timeout");
+  so.http_threads = std::max(4, a.parallel + 2);
+  const Millis shutdown_timeout = duration(a.shutdown_timeout, "shutdown-timeout");
+
+  Registry registry(opts, model_specs(a));
+  server::Server http(so, registry);
+  const int port = http.bind();
+  std::thread server_thread([&] { http.run(); });
+  // The HTTP side starts its worker threads when it starts listening.
+  while (!http.running()) std::this_thread::yield();
+  // The server's own threads took stacks from the cache that start-up
+  // filled; fill it again so that a model's workers find stacks there.
+  warm_thread_stack_cache();
+  release_free_heap();
+  http.set_baseline(Usage::capture());
+  for (const std::string& name : a.preload) registry.load(name);
+  std::printf("reclaim: listening on http://%s:%d (%zu models)\n", a.host.c_str(), port, registry.list().size());
+  std::fflush(stdout);
+
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  std::fprintf(stderr, "reclaim: %s: stopping; requests in flight have %lld ms to finish\n", sig == SIGINT ? "SIGINT" : "SIGTERM",
+               static_cast<long long>(shutdown_timeout.count()));
+  // Requests end as their models unload (drained up to the timeout, then
+  // cancelled); the HTTP side returns once their handlers have.
+  std::thread stopper([&] { http.stop(); });
+  registry.unload_all(UnloadMode::drain, shutdown_timeout);
+  stopper.join();
+  server_thread.join();
+  const LedgerTotals left = Ledger::process().totals();
+  std::fprintf(stderr, "reclaim: stopped; ledger: %llu entries, %s\n", static_cast<unsigned long long>(left.count),
+               format_bytes(static_cast<int64_t>(left.bytes)).c_str());
+  for (const LedgerEntry& e : Ledger::process().entries()) {
+    std::fprintf(stderr, "reclaim:   left: %s %s '%s' %s\n", std::string(kind_name(e.kind)).c_str(), e.owner.c_str(),
+                 e.label.c_str(), format_bytes(static_cast<int64_t>(e.bytes)).c_str());
+  }
+  return left.count == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+Command add_serve(CLI::App& app) {
+  auto* sub = app.add_subcommand("serve", "OpenAI-compatible HTTP server over many models, loaded and unloaded at run time");
+  auto a = std::make_shared<Args>();
+  sub->add_option("-m,--model", a->models, "PATH[:ALIAS] (repeatable); the alias defaults to the file name")->take_all();
+  sub->add_option("--models-dir", a->models_dir, "serve every .gguf in this folder, named by file");
+  sub->add_option("--host", a->host)->capture_default_str();
+  sub->add_option("--port", a->port, "port (0: any free one, printed)")->capture_default_str()->check(CLI::Range(0, 65535));
+  sub->add_option("--keep-alive", a->keep_alive, "unload a model this long after its last request (0: at once, -1: never)")
+      ->capture_default_str();
+  sub->add_option("--memory-budget", a->memory_budget, "memory for all loaded models, e.g. 8GiB (0: no budget)")->capture_default_str();
+  sub->add_option("--max-loaded", a->max_loaded, "models loaded at once at most (0: no limit)")->capture_default_str();
+  sub->add_flag("--no-autoload", a->no_autoload, "refuse requests for unloaded models instead of loading them");
+  sub->add_option("--pin", a->pins, "never evict or expire this model (repeatable)")->take_all();
+  sub->add_option("--preload", a->preload, "load this model at start-up (repeatable)")->take_all();
+  sub->add_option("--unload-timeout", a->unload_timeout, "how long a drain waits before it cancels")->capture_default_str();
+  sub->add_option("--shutdown-timeout", a->shutdown_timeout, "how long requests may run after SIGTERM")->capture_default_str();
+  sub->add_option("--api-key", a->api_key, "require Authorization: Bearer KEY on every endpoint but /health");
+  sub->add_option("--api-key-file", a->api_key_file, "read the API key from this file");
+  sub->add_option("--chat-template", a->chat_template, "chat template for every model (a built-in name or template text)");
+  sub->add_option("--ctx", a->ctx, "context size of each request")->capture_default_str()->check(CLI::Range(16, 1 << 24));
+  sub->add_option("--batch", a->batch, "prompt tokens per decode step")->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  sub->add_option("--threads", a->threads, "decode threads a model (0: all cores)")->capture_default_str();
+  sub->add_option("--parallel", a->parallel, "contexts a model keeps for requests at once")->capture_default_str()
+      ->check(CLI::Range(1, 256));
+  sub->add_option("--load-mode", a->load_mode, "mmap, none, mlock or mmap-mlock")->capture_default_str();
+  sub->add_flag("--verbose", a->verbose, "pass llama.cpp's log through to stderr");
+  return [a] { return serve(*a); };
+}
+
+}  // namespace reclaim::cli

@@ -1,0 +1,232 @@
+#include "server/openai.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace reclaim::server {
+
+using nlohmann::json;
+
+void bad_request(const std::string& message, const std::string& code) {
+  throw ApiException(ApiError{400, "invalid_request_error", code, message, 0});
+}
+
+json error_json(const ApiError& e) {
+  return {{"error", {{"message", e.message}, {"type", e.type}, {"code", e.code.empty() ? json(nullptr) : json(e.code)}}}};
+}
+
+const char* openai_finish_reason(FinishReason f) {
+  switch (f) {
+    case FinishReason::eos:
+    case FinishReason::stop: return "stop";
+    case FinishReason::length:
+    case FinishReason::context: return "length";
+    case FinishReason::cancelled: return "cancelled";
+  }
+  return "stop";
+}
+
+int64_t parse_duration_ms(const json& v, const std::string& field) {
+  if (v.is_number()) {
+    const double s = v.get<double>();
+    if (!std::isfinite(s)) bad_request("'" + field + "' must be a finite number of seconds");
+    return s < 0 ? -1 : static_cast<int64_t>(s * 1000);
+  }
+  if (!v.is_string()) bad_request("'" + field + "' must be a duration such as \"5m\", a number of seconds, or -1");
+  const std::string t = v.get<std::string>();
+  size_t used = 0;
+  double n = 0;
+  try {
+    n = std::stod(t, &used);
+  } catch (...) {
+    bad_request("'" + field + "': '" + t + "' is not a duration (use e.g. 30s, 5m, 1h, -1)");
+  }
+  const std::string unit = t.substr(used);
+  double ms = 0;
+  if (unit == "ms") {
+    ms = n;
+  } else if (unit == "s" || unit.empty()) {
+    ms = n * 1000;
+  } else if (unit == "m") {
+    ms = n * 60000;
+  } else if (unit == "h") {
+    ms = n * 3600000;
+  } else {
+    bad_request("'" + field + "': unknown unit '" + unit + "' (use ms, s, m or h)");
+  }
+  return n < 0 ? -1 : static_cast<int64_t>(ms);
+}
+
+namespace {
+
+template <class T>
+T get_field(const json& j, const char* name, const char* what) {
+  try {
+    return j.at(name).get<T>();
+  } catch (const json::exception&) {
+    bad_request(std::string("'") + name + "' must be " + what);
+  }
+}
+
+std::string content_text(const json& content, size_t i) {
+  if (content.is_string()) return content.get<std::string>();
+  // The array form: [{"type": "text", "text": "..."}].
+  if (content.is_array()) {
+    std::string out;
+    for (const json& part : content) {
+      if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string()) {
+        bad_request("messages[" + std::to_string(i) + "].content: only text parts are supported");
+      }
+      out += part["text"].get<std::string>();
+    }
+    return out;
+  }
+  bad_request("messages[" + std::to_string(i) + "].content must be a string or an array of text parts");
+}
+
+void parse_sampling(const json& j, bool chat, GenerateRequest& g) {
+  // OpenAI's defaults: temperature 1, top_p 1, no other filter.
+  g.sampling = SamplingParams{};
+  g.sampling.temperature = 1.0f;
+  g.sampling.top_p = 1.0f;
+  g.sampling.top_k = 0;
+  g.sampling.min_p = 0.0f;
+  g.max_tokens = chat ? -1 : 16;  // OpenAI: 16 for completions, unbounded for chat
+  const char* max_field = j.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+  if (j.contains(max_field) && !j[max_field].is_null()) {
+    const int64_t n = get_field<int64_t>(j, max_field, "an integer");
+    if (n < 1 || n > (1 << 24)) bad_request(std::string("'") + max_field + "' must be between 1 and 16777216");
+    g.max_tokens = static_cast<int32_t>(n);
+  }
+  if (j.contains("temperature") && !j["temperature"].is_null()) {
+    const double t = get_field<double>(j, "temperature", "a number");
+    if (t < 0 || t > 2) bad_request("'temperature' must be between 0 and 2");
+    g.sampling.temperature = static_cast<float>(t);
+  }
+  if (j.contains("top_p") && !j["top_p"].is_null()) {
+    const double p = get_field<double>(j, "top_p", "a number");
+    if (!(p > 0 && p <= 1)) bad_request("'top_p' must be in (0, 1]");
+    g.sampling.top_p = static_cast<float>(p);
+  }
+  if (j.contains("top_k") && !j["top_k"].is_null()) g.sampling.top_k = get_field<int32_t>(j, "top_k", "an integer");
+  if (j.contains("min_p") && !j["min_p"].is_null()) {
+    const double p = get_field<double>(j, "min_p", "a number");
+    if (!(p >= 0 && p <= 1)) bad_request("'min_p' must be in [0, 1]");
+    g.sampling.min_p = static_cast<float>(p);
+  }
+  if (j.contains("seed") && !j["seed"].is_null()) {
+    const int64_t s = get_field<int64_t>(j, "seed", "an integer");
+    g.sampling.seed = static_cast<uint32_t>(s & 0xFFFFFFFF);
+    if (g.sampling.seed == LLAMA_DEFAULT_SEED) g.sampling.seed = 0;
+  }
+  if (j.contains("stop") && !j["stop"].is_null()) {
+    const json& s = j["stop"];
+    if (s.is_string()) {
+      g.stop.push_back(s.get<std::string>());
+    } else if (s.is_array() && s.size() <= 4 && std::all_of(s.begin(), s.end(), [](const json& x) { return x.is_string(); })) {
+      for (const json& x : s) g.stop.push_back(x.get<std::string>());
+    } else {
+      bad_request("'stop' must be a string or an array of up to 4 strings");
+    }
+  }
+}
+
+}  // namespace
+
+CompletionRequest parse_completion_request(const std::string& body, bool chat) {
+  json j;
+  try {
+    j = json::parse(body);
+  } catch (const json::parse_error& e) {
+    bad_request(std::string("the request body is not valid JSON: ") + e.what());
+  }
+  if (!j.is_object()) bad_request("the request body must be a JSON object");
+  CompletionRequest r;
+  r.chat = chat;
+  if (!j.contains("model")) bad_request("'model' is required", "model_required");
+  r.model = get_field<std::string>(j, "model", "a string");
+  if (chat) {
+    if (!j.contains("messages") || !j["messages"].is_array() || j["messages"].empty()) {
+      bad_request("'messages' must be a non-empty array");
+    }
+    size_t i = 0;
+    for (const json& m : j["messages"]) {
+      if (!m.is_object() || !m.contains("role") || !m["role"].is_string() || !m.contains("content")) {
+        bad_request("messages[" + std::to_string(i) + "] must be an object with 'role' and 'content'");
+      }
+      r.messages.push_back({m["role"].get<std::string>(), content_text(m["content"], i)});
+      ++i;
+    }
+  } else {
+    if (!j.contains("prompt")) bad_request("'prompt' is required");
+    const json& p = j["prompt"];
+    if (p.is_string()) {
+      r.prompt = p.get<std::string>();
+    } else if (p.is_array() && p.size() == 1 && p[0].is_string()) {
+      r.prompt = p[0].get<std::string>();
+    } else if (p.is_array() && !p.empty() &&
+               std::all_of(p.begin(), p.end(), [](const json& t) { return t.is_number_integer(); })) {
+      for (const json& t : p) r.generate.prompt_tokens.push_back(t.get<llama_token>());
+    } else {
+      bad_request("'prompt' must be a string, an array of one string, or an array of token ids");
+    }
+  }
+  parse_sampling(j, chat, r.generate);
+  if (j.contains("n") && !j["n"].is_null() && get_field<int64_t>(j, "n", "an integer") != 1) {
+    bad_request("'n' must be 1: one choice a request is supported", "unsupported_n");
+  }
+  if (j.contains("stream") && !j["stream"].is_null()) r.stream = get_field<bool>(j, "stream", "true or false");
+  if (j.contains("stream_options") && !j["stream_options"].is_null()) {
+    if (!j["stream_options"].is_object()) bad_request("'stream_options' must be an object");
+    r.include_usage = j["stream_options"].value("include_usage", false);
+  }
+  if (j.contains("keep_alive") && !j["keep_alive"].is_null()) r.keep_alive_ms = parse_duration_ms(j["keep_alive"], "keep_alive");
+  return r;
+}
+
+json usage_json(const GenerateResult& r) {
+  return {{"prompt_tokens", r.timings.prompt_tokens},
+          {"completion_tokens", r.timings.generated_tokens},
+          {"total_tokens", r.timings.prompt_tokens + r.timings.generated_tokens}};
+}
+
+json completion_json(const CompletionRequest& req, const GenerateResult& r, const std::string& id, int64_t created) {
+  json choice = {{"index", 0}, {"finish_reason", openai_finish_reason(r.finish)}, {"logprobs", nullptr}};
+  if (req.chat) {
+    choice["message"] = {{"role", "assistant"}, {"content", r.text}};
+  } else {
+    choice["text"] = r.text;
+  }
+  return {{"id", id},
+          {"object", req.chat ? "chat.completion" : "text_completion"},
+          {"created", created},
+          {"model", req.model},
+          {"choices", json::array({choice})},
+          {"usage", usage_json(r)},
+          {"timings",
+           {{"prompt_ms", r.timings.prompt_ms},
+            {"prompt_per_second", r.timings.prompt_per_second()},
+            {"predicted_ms", r.timings.generate_ms},
+            {"predicted_per_second", r.timings.generate_per_second()},
+            {"first_token_ms", r.timings.first_token_ms}}}};
+}
+
+json chunk_json(const CompletionRequest& req, const std::string& text, const char* finish, const std::string& id,
+                int64_t created, bool first) {
+  json choice = {{"index", 0}, {"finish_reason", finish ? json(finish) : json(nullptr)}, {"logprobs", nullptr}};
+  if (req.chat) {
+    json delta = json::object();
+    if (first) delta["role"] = "assistant";
+    if (!text.empty() || !finish) delta["content"] = text;
+    choice["delta"] = delta;
+  } else {
+    choice["text"] = text;
+  }
+  return {{"id", id},
+          {"object", req.chat ? "chat.completion.chunk" : "text_completion"},
+          {"created", created},
+          {"model", req.model},
+          {"choices", json::array({choice})}};
+}
+
+}  // namespace reclaim::server

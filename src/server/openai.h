@@ -1,0 +1,62 @@
+// OpenAI's request and response shapes for /v1/completions and
+// /v1/chat/completions: parsing with field-by-field validation (a bad field is
+// a 400 that names it), and the JSON of results, stream chunks and errors.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/chat.h"
+#include "engine/generate.h"
+
+namespace reclaim::server {
+
+// An error with its HTTP status and OpenAI's error object.
+struct ApiError {
+  int status = 400;
+  std::string type = "invalid_request_error";
+  std::string code;  // e.g. "model_not_found"; may be empty
+  std::string message;
+  int retry_after = 0;  // seconds, for 429/503
+};
+class ApiException : public std::exception {
+ public:
+  explicit ApiException(ApiError e) : error_(std::move(e)) {}
+  const ApiError& error() const { return error_; }
+  const char* what() const noexcept override { return error_.message.c_str(); }
+
+ private:
+  ApiError error_;
+};
+[[noreturn]] void bad_request(const std::string& message, const std::string& code = "");
+nlohmann::json error_json(const ApiError& e);
+
+struct CompletionRequest {
+  bool chat = false;
+  std::string model;
+  std::string prompt;                 // /v1/completions
+  std::vector<ChatMessage> messages;  // /v1/chat/completions
+  GenerateRequest generate;           // sampling, max_tokens, stop (prompt filled later for chat)
+  bool stream = false;
+  bool include_usage = false;         // stream_options.include_usage
+  std::optional<int64_t> keep_alive_ms;  // Ollama's keep_alive ("5m", seconds, -1)
+};
+
+// Throws ApiException (400) naming the field that is wrong.
+CompletionRequest parse_completion_request(const std::string& body, bool chat);
+// "5m", "30s", "1h", "250ms", a number of seconds, -1 (never) or 0.
+int64_t parse_duration_ms(const nlohmann::json& v, const std::string& field);
+
+// The response object of a finished request.
+nlohmann::json completion_json(const CompletionRequest& req, const GenerateResult& r, const std::string& id, int64_t created);
+// One server-sent-event chunk with `text`; `finish` set on the last one.
+nlohmann::json chunk_json(const CompletionRequest& req, const std::string& text, const char* finish,
+                          const std::string& id, int64_t created, bool first);
+nlohmann::json usage_json(const GenerateResult& r);
+const char* openai_finish_reason(FinishReason f);
+
+}  // namespace reclaim::server

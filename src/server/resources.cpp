@@ -1,0 +1,78 @@
+#include "server/resources.h"
+
+#include "core/ledger.h"
+
+namespace reclaim::server {
+
+using nlohmann::json;
+
+json model_json(const ModelStatus& s) {
+  const auto last_use = std::chrono::duration_cast<std::chrono::seconds>(s.last_use.time_since_epoch()).count();
+  json j = {{"id", s.name},
+            {"object", "model"},
+            {"owned_by", "reclaim"},
+            {"created", 0},
+            {"state", model_state_name(s.state)},
+            {"pinned", s.pinned},
+            {"in_flight", s.in_flight},
+            {"bytes", s.loaded_bytes},
+            {"estimate", s.estimate},
+            {"loads", s.loads},
+            {"unloads", s.unloads},
+            {"last_load_ms", s.last_load_ms},
+            {"last_unload_ms", s.last_unload_ms},
+            {"last_use", s.loads ? json(last_use) : json(nullptr)}};
+  if (s.state == ModelState::loading) j["load_progress"] = s.load_progress;
+  if (!s.last_error.empty()) j["last_error"] = s.last_error;
+  return j;
+}
+
+json models_json(const Registry& registry) {
+  json data = json::array();
+  for (const ModelStatus& s : registry.list()) data.push_back(model_json(s));
+  return {{"object", "list"}, {"data", data}};
+}
+
+json usage_figures_json(const Usage& u) {
+  json j;
+  for (const Figure& f : usage_figures()) j[f.name] = u.*f.field;
+  return j;
+}
+
+json resources_json(const Registry& registry, const Usage& baseline) {
+  Ledger& ledger = Ledger::process();
+  const auto now = std::chrono::steady_clock::now();
+  json entries = json::array();
+  for (const LedgerEntry& e : ledger.entries()) {
+    entries.push_back({{"id", e.id},
+                       {"kind", kind_name(e.kind)},
+                       {"owner", e.owner},
+                       {"label", e.label},
+                       {"bytes", e.bytes},
+                       {"age_ms", std::chrono::duration<double, std::milli>(now - e.since).count()}});
+  }
+  json by_kind = json::object();
+  for (const auto& [kind, t] : ledger.by_kind()) by_kind[std::string(kind_name(kind))] = {{"count", t.count}, {"bytes", t.bytes}};
+  json by_owner = json::object();
+  for (const auto& [owner, t] : ledger.by_owner()) by_owner[owner] = {{"count", t.count}, {"bytes", t.bytes}};
+  const LedgerTotals total = ledger.totals();
+  const Usage now_usage = Usage::capture();
+  Usage residue = now_usage - baseline;
+  // The connection this request came on is open while it is measured.
+  residue.fds -= 1;
+  return {{"ledger",
+           {{"count", total.count},
+            {"bytes", total.bytes},
+            {"failed_releases", ledger.failed_releases()},
+            {"by_kind", by_kind},
+            {"by_owner", by_owner},
+            {"entries", entries}}},
+          {"usage", usage_figures_json(now_usage)},
+          {"baseline", usage_figures_json(baseline)},
+          {"residue", usage_figures_json(residue)},
+          {"models", models_json(registry)["data"]},
+          {"accounted", registry.accounted()},
+          {"memory_budget", registry.options().memory_budget}};
+}
+
+}  // namespace reclaim::server

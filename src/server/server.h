@@ -1,0 +1,73 @@
+// `reclaim serve`'s HTTP side: OpenAI-compatible endpoints over the model
+// Registry, with the ledger and the process figures on /v1/resources.
+//
+// Each request holds a Lease on its model for as long as it runs (for a
+// stream, until the last chunk is written or the client is gone) and decodes
+// in a Session of its own, whose scope releases everything when it ends.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "core/usage.h"
+#include "runtime/registry.h"
+
+namespace httplib {
+class Server;
+class ThreadPool;
+struct Request;
+struct Response;
+}
+
+namespace reclaim::server {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;                     // 0: any free port
+  std::string api_key;                 // empty: no auth
+  size_t max_body = 8u << 20;          // bytes; larger bodies get 413
+  std::string chat_template;           // overrides the models' own
+  int http_threads = 8;
+  Millis unload_timeout = std::chrono::seconds(30);  // drain's wait, by default
+};
+
+class Server {
+ public:
+  Server(ServerOptions options, Registry& registry);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Binds and returns the port (useful with port 0). Throws Error.
+  int bind();
+  // Serves until stop(); call after bind().
+  void run();
+  bool running() const;
+  // The process figures that /v1/resources reports residues against: taken
+  // once the server is listening, so that its own threads and socket count
+  // as the baseline.
+  void set_baseline(Usage baseline);
+  // Stops accepting, waits for the handlers in flight to return. Requests in
+  // flight end when their models are unloaded (Registry::unload_all).
+  void stop();
+
+ private:
+  void routes();
+  void shutdown_pool();
+  void complete(const httplib::Request& req, httplib::Response& res, bool chat);
+  ServerOptions options_;
+  Millis unload_timeout_;
+  Registry& registry_;
+  std::mutex baseline_mu_;
+  Usage baseline_;
+  std::unique_ptr<httplib::ThreadPool> pool_;
+  std::atomic<bool> pool_shut_{false};
+  std::unique_ptr<httplib::Server> http_;
+};
+
+// Constant-time comparison, for API keys.
+bool same_secret(const std::string& a, const std::string& b);
+
+}  // namespace reclaim::server

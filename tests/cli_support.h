@@ -83,6 +83,13 @@ class Child {
     while (result_.out.size() < n && std::chrono::steady_clock::now() < end) pump(100);
     return result_.out.size() >= n;
   }
+  // Reads until stdout contains `text` or `seconds` pass.
+  bool wait_for_text(const std::string& text, double seconds) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    while (result_.out.find(text) == std::string::npos && std::chrono::steady_clock::now() < end) pump(100);
+    return result_.out.find(text) != std::string::npos;
+  }
+  const Result& so_far() const { return result_; }
   void signal(int sig) { ::kill(pid_, sig); }
   Result wait() {
     while (pump(100)) {

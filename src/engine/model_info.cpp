@@ -52,6 +52,9 @@ ModelInfo model_info(const llama_model* model, const std::string& path) {
 
 MemoryEstimate estimate_memory(const ModelLoad& load, const llama_context_params& params, ModelInfo* info) {
   check_model_file(load.path);
+  // The simulated load reads the whole vocab (tens of MiB for 151,936
+  // tokens); what it freed goes back to the OS too, after the frees below.
+  Defer trim([] { release_free_heap(); });
   llama_model_params mp = llama_model_default_params();
   mp.no_alloc = true;
   mp.load_mode = LLAMA_LOAD_MODE_NONE;  // llama.cpp asserts on no_alloc with mmap

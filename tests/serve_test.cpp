@@ -1,0 +1,284 @@
+// `reclaim serve` end to end: the real server on a free loopback port, talked
+// to over HTTP, and after each test nothing left of its requests or models.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <httplib.h>
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <future>
+#include <sstream>
+#include <thread>
+
+#include "cli_support.h"
+
+using namespace reclaim::testing;
+using nlohmann::json;
+
+namespace {
+
+class Served {
+ public:
+  explicit Served(std::vector<std::string> extra = {}) {
+    std::vector<std::string> args = {"serve", "--port", "0", "--ctx", "256", "-m", spm() + ":spm", "-m", bpe() + ":bpe"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    child_ = std::make_unique<Child>(args);
+    const std::string mark = "listening on http://127.0.0.1:";
+    EXPECT_TRUE(child_->wait_for_text(mark, 60)) << child_->so_far().err;
+    const std::string& out = child_->so_far().out;
+    port_ = std::stoi(out.substr(out.find(mark) + mark.size()));
+    client_ = std::make_unique<httplib::Client>("127.0.0.1", port_);
+    client_->set_read_timeout(120, 0);
+  }
+  httplib::Client& http() { return *client_; }
+  int port() const { return port_; }
+  json get(const std::string& path) {
+    auto r = client_->Get(path.c_str());
+    EXPECT_TRUE(r) << path;
+    return r ? json::parse(r->body) : json();
+  }
+  httplib::Result post(const std::string& path, const json& body, httplib::Headers h = {}) {
+    return client_->Post(path.c_str(), h, body.dump(), "application/json");
+  }
+  json model(const std::string& name) {
+    const json list = get("/v1/models");
+    for (const json& m : list["data"]) {
+      if (m["id"] == name) return m;
+    }
+    return {};
+  }
+  // Polls the server (it has no push channel) until `pred` holds.
+  template <class P>
+  bool until(P pred, double seconds = 30) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    while (std::chrono::steady_clock::now() < end) {
+      if (pred()) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return pred();
+  }
+  // Unloads everything, then checks that nothing is left.
+  void expect_clean() {
+    for (const char* m : {"spm", "bpe"}) post("/v1/models/unload", {{"model", m}});
+    // A connection of an earlier request may still be closing on the server.
+    json r;
+    until([&] {
+      r = get("/v1/resources");
+      return r["residue"]["fds"] == 0;
+    }, 10);
+    EXPECT_EQ(r["ledger"]["count"], 0) << r["ledger"].dump();
+    EXPECT_LE(r["residue"]["anon"].get<int64_t>(), 1 << 20) << r["residue"].dump();
+    EXPECT_EQ(r["residue"]["threads"], 0) << r["residue"].dump();
+    EXPECT_EQ(r["residue"]["fds"], 0) << r["residue"].dump();
+    EXPECT_EQ(r["residue"]["maps"], 0) << r["residue"].dump();
+  }
+  Result stop() {
+    child_->signal(SIGTERM);
+    return child_->wait();
+  }
+
+ private:
+  std::unique_ptr<Child> child_;
+  std::unique_ptr<httplib::Client> client_;
+  int port_ = 0;
+};
+
+json chat(int max_tokens, bool stream = false) {
+  return {{"model", "bpe"},
+          {"messages", json::array({{{"role", "user"}, {"content", "hello"}}})},
+          {"max_tokens", max_tokens},
+          {"temperature", 0},
+          {"stream", stream}};
+}
+
+void expect_error(const httplib::Result& r, int status, const std::string& says) {
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, status) << r->body;
+  json j = json::parse(r->body, nullptr, false);
+  ASSERT_TRUE(j.contains("error")) << r->body;
+  EXPECT_TRUE(j["error"].contains("type"));
+  EXPECT_NE(j["error"]["message"].get<std::string>().find(says), std::string::npos) << r->body;
+}
+
+}  // namespace
+
+TEST(Serve, ChatStreamedAndNotAndCompletionsThenNothingIsLeft) {
+  Served s;
+  auto r = s.post("/v1/chat/completions", chat(8));
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  json j = json::parse(r->body);
+  EXPECT_EQ(j["object"], "chat.completion");
+  EXPECT_EQ(j["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(j["usage"]["completion_tokens"], 8);
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+
+  json req = chat(8, true);
+  req["stream_options"] = {{"include_usage", true}};
+  r = s.post("/v1/chat/completions", req);
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200);
+  EXPECT_EQ(r->get_header_value("Content-Type"), "text/event-stream");
+  std::string text;
+  int chunks = 0;
+  bool done = false, usage = false;
+  std::istringstream lines(r->body);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("data: ", 0) != 0) continue;
+    const std::string data = line.substr(6);
+    if (data == "[DONE]") {
+      done = true;
+      continue;
+    }
+    json c = json::parse(data);
+    EXPECT_EQ(c["object"], "chat.completion.chunk");
+    if (c.contains("usage")) {
+      usage = true;
+      EXPECT_EQ(c["usage"]["completion_tokens"], 8);
+      continue;
+    }
+    ++chunks;
+    if (c["choices"][0]["delta"].contains("content")) text += c["choices"][0]["delta"]["content"].get<std::string>();
+  }
+  EXPECT_TRUE(done);
+  EXPECT_TRUE(usage);
+  EXPECT_GT(chunks, 1);
+  EXPECT_EQ(text, j["choices"][0]["message"]["content"]) << "the stream and the plain response differ";
+
+  r = s.post("/v1/completions", {{"model", "spm"}, {"prompt", "Once"}, {"max_tokens", 5}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(json::parse(r->body)["usage"]["completion_tokens"], 5);
+  EXPECT_EQ(s.model("spm")["state"], "loaded");
+  s.expect_clean();
+  Result end = s.stop();
+  EXPECT_EQ(end.status, 0) << end.err;
+  EXPECT_NE(end.err.find("ledger: 0 entries"), std::string::npos) << end.err;
+}
+
+TEST(Serve, EveryErrorIsAnOpenAIErrorWithItsStatus) {
+  Served s({"--memory-budget", "300MiB"});
+  auto raw = [&](const std::string& body) { return s.http().Post("/v1/chat/completions", body, "application/json"); };
+  expect_error(raw("{not json"), 400, "not valid JSON");
+  expect_error(raw("[1,2]"), 400, "JSON object");
+  json bad = chat(8);
+  bad["temperature"] = 5;
+  expect_error(s.post("/v1/chat/completions", bad), 400, "'temperature'");
+  bad = chat(8);
+  bad["n"] = 2;
+  expect_error(s.post("/v1/chat/completions", bad), 400, "'n' must be 1");
+  bad = chat(8);
+  bad.erase("messages");
+  expect_error(s.post("/v1/chat/completions", bad), 400, "'messages'");
+  expect_error(s.post("/v1/chat/completions", chat(5000)), 400, "context of 256 tokens");
+  bad = chat(8);
+  bad["model"] = "../../etc/passwd";
+  expect_error(s.post("/v1/chat/completions", bad), 400, "not a name");
+  bad["model"] = "nope";
+  expect_error(s.post("/v1/chat/completions", bad), 404, "'nope'");
+  // The spm vocab has no chat template.
+  bad["model"] = "spm";
+  expect_error(s.post("/v1/chat/completions", bad), 400, "no chat template");
+  expect_error(s.http().Post("/v1/completions", std::string(9u << 20, 'x'), "application/json"), 413, "larger");
+  expect_error(s.post("/v1/models/unload", {{"model", "spm"}, {"mode", "later"}}), 400, "'mode'");
+  s.expect_clean();
+}
+
+TEST(Serve, ABudgetThatCannotHoldTheModelIs503WithRetryAfter) {
+  Served s({"--memory-budget", "1MiB"});
+  auto r = s.post("/v1/chat/completions", chat(4));
+  expect_error(r, 503, "more than the whole memory budget");
+  EXPECT_FALSE(r->get_header_value("Retry-After").empty());
+  EXPECT_EQ(s.model("bpe")["state"], "unloaded");
+  s.expect_clean();
+}
+
+TEST(Serve, AnApiKeyGuardsEverythingButHealth) {
+  Served s({"--api-key", "s3cret"});
+  EXPECT_EQ(s.http().Get("/health")->status, 200);
+  expect_error(s.http().Get("/v1/models"), 401, "API key");
+  expect_error(s.post("/v1/chat/completions", chat(4), {{"Authorization", "Bearer wrong"}}), 401, "API key");
+  auto ok = s.post("/v1/chat/completions", chat(4), {{"Authorization", "Bearer s3cret"}});
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200) << ok->body;
+}
+
+TEST(Serve, AClientThatVanishesMidStreamEndsItsRequest) {
+  Served s({"--keep-alive", "-1"});
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(s.port()));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  const std::string body = chat(240, true).dump();
+  const std::string req = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
+                          std::to_string(body.size()) + "\r\n\r\n" + body;
+  ASSERT_EQ(::send(fd, req.data(), req.size(), 0), static_cast<ssize_t>(req.size()));
+  std::string got;
+  char buf[4096];
+  while (got.find("data: ") == std::string::npos) {
+    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    ASSERT_GT(n, 0);
+    got.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  EXPECT_TRUE(s.until([&] { return s.model("bpe")["in_flight"] == 0; })) << s.model("bpe").dump();
+  // The model stays loaded (keep-alive -1); its pooled context is all that is held.
+  json r = s.get("/v1/resources");
+  for (const auto& [owner, t] : r["ledger"]["by_owner"].items()) {
+    EXPECT_EQ(owner.find("request:"), std::string::npos) << owner << " outlived its request";
+  }
+  s.expect_clean();
+}
+
+TEST(Serve, UnloadDrainsOrCancelsWhatRuns) {
+  Served s({"--keep-alive", "-1"});
+  auto busy = [&] {
+    return std::async(std::launch::async, [&] {
+      httplib::Client c("127.0.0.1", s.port());
+      c.set_read_timeout(120, 0);
+      json req = chat(-1);
+      req.erase("max_tokens");  // chat without max_tokens runs until the context is full
+      return c.Post("/v1/chat/completions", req.dump(), "application/json");
+    });
+  };
+  auto running = busy();
+  ASSERT_TRUE(s.until([&] { return s.model("bpe")["in_flight"] == 1; }));
+  auto r = s.post("/v1/models/unload", {{"model", "bpe"}, {"mode", "cancel"}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(json::parse(r->body)["state"], "unloaded");
+  auto answer = running.get();
+  ASSERT_TRUE(answer);
+  expect_error(answer, 503, "cancelled");
+
+  // drain: the request finishes first.
+  auto short_one = std::async(std::launch::async, [&] {
+    httplib::Client c("127.0.0.1", s.port());
+    return c.Post("/v1/chat/completions", chat(60).dump(), "application/json");
+  });
+  ASSERT_TRUE(s.until([&] { return s.model("bpe")["in_flight"] == 1; }));
+  r = s.post("/v1/models/unload", {{"model", "bpe"}, {"mode", "drain"}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  auto done = short_one.get();
+  ASSERT_TRUE(done);
+  EXPECT_EQ(done->status, 200) << done->body;
+  EXPECT_EQ(json::parse(done->body)["usage"]["completion_tokens"], 60);
+  s.expect_clean();
+}
+
+TEST(Serve, KeepAliveZeroUnloadsAfterEachRequest) {
+  Served s({"--keep-alive", "0"});
+  ASSERT_EQ(s.post("/v1/chat/completions", chat(4))->status, 200);
+  EXPECT_TRUE(s.until([&] { return s.model("bpe")["state"] == "unloaded"; }));
+  EXPECT_EQ(s.model("bpe")["unloads"], 1);
+  // A request's own keep_alive keeps it.
+  json req = chat(4);
+  req["keep_alive"] = "10m";
+  ASSERT_EQ(s.post("/v1/chat/completions", req)->status, 200);
+  EXPECT_EQ(s.model("bpe")["state"], "loaded");
+  s.expect_clean();
+}

@@ -90,6 +90,7 @@ class Child {
     return result_.out.find(text) != std::string::npos;
   }
   const Result& so_far() const { return result_; }
+  pid_t pid() const { return pid_; }
   void signal(int sig) { ::kill(pid_, sig); }
   Result wait() {
     while (pump(100)) {

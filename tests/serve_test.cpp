@@ -8,7 +8,10 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <filesystem>
+#include <fstream>
 #include <future>
+#include <regex>
 #include <sstream>
 #include <thread>
 
@@ -18,6 +21,24 @@ using namespace reclaim::testing;
 using nlohmann::json;
 
 namespace {
+
+// The server's figures read from outside it, in /proc/PID.
+struct Outside {
+  int64_t anon = 0, threads = 0, fds = 0;
+  static Outside of(pid_t pid) {
+    Outside o;
+    std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+    for (std::string line; std::getline(status, line);) {
+      if (line.rfind("RssAnon:", 0) == 0) o.anon = std::stoll(line.substr(8)) * 1024;
+      if (line.rfind("Threads:", 0) == 0) o.threads = std::stoll(line.substr(8));
+    }
+    for (const auto& e : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd")) {
+      (void)e;
+      ++o.fds;
+    }
+    return o;
+  }
+};
 
 class Served {
  public:
@@ -31,6 +52,7 @@ class Served {
     port_ = std::stoi(out.substr(out.find(mark) + mark.size()));
     client_ = std::make_unique<httplib::Client>("127.0.0.1", port_);
     client_->set_read_timeout(120, 0);
+    outside_ = Outside::of(child_->pid());
   }
   httplib::Client& http() { return *client_; }
   int port() const { return port_; }
@@ -73,6 +95,16 @@ class Served {
     EXPECT_EQ(r["residue"]["threads"], 0) << r["residue"].dump();
     EXPECT_EQ(r["residue"]["fds"], 0) << r["residue"].dump();
     EXPECT_EQ(r["residue"]["maps"], 0) << r["residue"].dump();
+    // And from outside, with this client's connection closed.
+    client_->stop();
+    Outside now;
+    until([&] {
+      now = Outside::of(child_->pid());
+      return now.fds == outside_.fds && now.threads == outside_.threads;
+    }, 10);
+    EXPECT_EQ(now.fds, outside_.fds);
+    EXPECT_EQ(now.threads, outside_.threads);
+    EXPECT_LE(now.anon - outside_.anon, 1 << 20);
   }
   Result stop() {
     child_->signal(SIGTERM);
@@ -83,6 +115,7 @@ class Served {
   std::unique_ptr<Child> child_;
   std::unique_ptr<httplib::Client> client_;
   int port_ = 0;
+  Outside outside_;
 };
 
 json chat(int max_tokens, bool stream = false) {
@@ -281,4 +314,37 @@ TEST(Serve, KeepAliveZeroUnloadsAfterEachRequest) {
   ASSERT_EQ(s.post("/v1/chat/completions", req)->status, 200);
   EXPECT_EQ(s.model("bpe")["state"], "loaded");
   s.expect_clean();
+}
+
+TEST(Serve, MetricsAndPsShowTheModelsAndTheRequests) {
+  Served s;
+  ASSERT_EQ(s.post("/v1/chat/completions", chat(4))->status, 200);
+  ASSERT_EQ(s.post("/v1/chat/completions", {{"model", "nope"}, {"messages", json::array()}})->status, 400);
+  auto m = s.http().Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_EQ(m->get_header_value("Content-Type").rfind("text/plain", 0), 0u);
+  const std::regex sample(R"(^[a-z_]+(\{[a-z_]+="[^"]*"\})? -?[0-9.e+]+$)");
+  std::istringstream lines(m->body);
+  int samples = 0;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    EXPECT_TRUE(std::regex_match(line, sample)) << line;
+    ++samples;
+  }
+  EXPECT_GT(samples, 40);
+  for (const char* want : {"reclaim_requests_total{outcome=\"ok\"} 1\n", "reclaim_requests_total{outcome=\"error\"} 1\n",
+                           "reclaim_model_loaded{model=\"bpe\"} 1\n", "reclaim_model_loaded{model=\"spm\"} 0\n",
+                           "reclaim_tokens_total{type=\"completion\"} 4\n", "reclaim_model_loads_total{model=\"bpe\"} 1\n",
+                           "reclaim_requests_in_flight 0\n"}) {
+    EXPECT_NE(m->body.find(want), std::string::npos) << want << "\n" << m->body;
+  }
+  Result ps = run("ps --url http://127.0.0.1:" + std::to_string(s.port()));
+  EXPECT_EQ(ps.status, 0) << ps.out;
+  EXPECT_NE(ps.out.find("bpe"), std::string::npos) << ps.out;
+  EXPECT_NE(ps.out.find("loaded"), std::string::npos) << ps.out;
+  EXPECT_NE(ps.out.find("model:bpe/pool"), std::string::npos) << ps.out;
+  s.expect_clean();
+  ps = run("ps --url http://127.0.0.1:1");
+  EXPECT_EQ(ps.status, 2);
+  EXPECT_NE(ps.out.find("cannot reach"), std::string::npos) << ps.out;
 }

@@ -14,5 +14,6 @@ Command add_audit(CLI::App& app);
 Command add_make_test_model(CLI::App& app);
 Command add_run(CLI::App& app);
 Command add_serve(CLI::App& app);
+Command add_ps(CLI::App& app);
 
 }  // namespace reclaim::cli

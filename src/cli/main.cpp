@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
     commands.emplace_back(app.get_subcommands({})[before], std::move(c));
   };
   add(reclaim::cli::add_serve);
+  add(reclaim::cli::add_ps);
   add(reclaim::cli::add_run);
   add(reclaim::cli::add_audit);
   add(reclaim::cli::add_make_test_model);

@@ -10,6 +10,7 @@
 #include "engine/chat.h"
 #include "engine/generate.h"
 #include "server/openai.h"
+#include "server/metrics.h"
 #include "server/resources.h"
 
 namespace reclaim::server {
@@ -219,14 +220,31 @@ void Server::routes() {
   });
   auto completion = [this](bool chat) {
     return [this, chat](const httplib::Request& req, httplib::Response& res) {
-      guarded(res, [&] { complete(req, res, chat); });
+      ++stats_.in_flight;
+      bool streaming = false;
+      try {
+        streaming = complete(req, res, chat);
+      } catch (const std::exception& ex) {
+        ++stats_.error;
+        send_error(res, to_api_error(ex));
+      }
+      // A stream is counted out when its response is released.
+      if (!streaming) --stats_.in_flight;
     };
   };
+  s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    Usage baseline;
+    {
+      std::lock_guard lock(baseline_mu_);
+      baseline = baseline_;
+    }
+    res.set_content(metrics_text(registry_, baseline, stats_), "text/plain; version=0.0.4");
+  });
   s.Post("/v1/completions", completion(false));
   s.Post("/v1/chat/completions", completion(true));
 }
 
-void Server::complete(const httplib::Request& http_req, httplib::Response& res, bool chat) {
+bool Server::complete(const httplib::Request& http_req, httplib::Response& res, bool chat) {
   auto run = std::make_shared<Running>();
   run->req = parse_completion_request(http_req.body, chat);
   const Millis keep_alive = run->req.keep_alive_ms ? Millis(*run->req.keep_alive_ms) : Millis(-2);
@@ -259,18 +277,22 @@ void Server::complete(const httplib::Request& http_req, httplib::Response& res, 
       Session session(run->lease.model(), run->session, &cancel);
       r = generate(session, g);
     }
+    stats_.prompt_tokens += static_cast<uint64_t>(r.timings.prompt_tokens);
+    stats_.completion_tokens += static_cast<uint64_t>(r.timings.generated_tokens);
     if (r.finish == FinishReason::cancelled) {
+      ++stats_.cancelled;
       send_error(res, {503, "server_error", "cancelled", "the request was cancelled: its model is being unloaded", 5});
-      return;
+      return false;
     }
+    ++stats_.ok;
     res.set_content(completion_json(run->req, r, run->id, run->created).dump(), "application/json");
-    return;
+    return false;
   }
 
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
       "text/event-stream",
-      [run](size_t, httplib::DataSink& sink) {
+      [run, stats = &stats_](size_t, httplib::DataSink& sink) {
         CancelToken cancel;
         cancel.link(&run->lease.cancel_token());
         bool first = true;
@@ -290,11 +312,18 @@ void Server::complete(const httplib::Request& http_req, httplib::Response& res, 
           Session session(run->lease.model(), run->session, &cancel);
           r = generate(session, run->req.generate, hooks);
         } catch (const std::exception& ex) {
+          ++stats->error;
           write(sse(error_json(to_api_error(ex))));
           sink.done();
           return true;
         }
-        if (r.finish == FinishReason::cancelled && r.cancel_reason == CancelReason::client_gone) return false;
+        stats->prompt_tokens += static_cast<uint64_t>(r.timings.prompt_tokens);
+        stats->completion_tokens += static_cast<uint64_t>(r.timings.generated_tokens);
+        if (r.finish == FinishReason::cancelled && r.cancel_reason == CancelReason::client_gone) {
+          ++stats->client_gone;
+          return false;
+        }
+        ++(r.finish == FinishReason::cancelled ? stats->cancelled : stats->ok);
         write(sse(chunk_json(run->req, "", openai_finish_reason(r.finish), run->id, run->created, first)));
         if (run->req.include_usage) {
           json u = chunk_json(run->req, "", nullptr, run->id, run->created, false);
@@ -307,7 +336,11 @@ void Server::complete(const httplib::Request& http_req, httplib::Response& res, 
         return true;
       },
       // The lease goes with the response, whether or not the stream ran.
-      [run](bool) mutable { run->lease.release(); });
+      [run, stats = &stats_](bool) mutable {
+        run->lease.release();
+        --stats->in_flight;
+      });
+  return true;
 }
 
 }  // namespace reclaim::server

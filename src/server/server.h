@@ -12,6 +12,7 @@
 #include <string>
 
 #include "core/usage.h"
+#include "server/metrics.h"
 #include "runtime/registry.h"
 
 namespace httplib {
@@ -56,10 +57,12 @@ class Server {
  private:
   void routes();
   void shutdown_pool();
-  void complete(const httplib::Request& req, httplib::Response& res, bool chat);
+  // Returns true when the response is a stream, which ends later.
+  bool complete(const httplib::Request& req, httplib::Response& res, bool chat);
   ServerOptions options_;
   Millis unload_timeout_;
   Registry& registry_;
+  RequestStats stats_;
   std::mutex baseline_mu_;
   Usage baseline_;
   std::unique_ptr<httplib::ThreadPool> pool_;

@@ -1,0 +1,25 @@
+// GET /metrics: Prometheus' text format (version 0.0.4) of the process
+// figures, the ledger by kind, each model, and the requests served.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "core/usage.h"
+#include "runtime/registry.h"
+
+namespace reclaim::server {
+
+// Counters the HTTP side keeps.
+struct RequestStats {
+  std::atomic<uint64_t> ok{0}, error{0}, cancelled{0}, client_gone{0};
+  std::atomic<uint64_t> prompt_tokens{0}, completion_tokens{0};
+  std::atomic<int64_t> in_flight{0};
+};
+
+std::string metrics_text(const Registry& registry, const Usage& baseline, const RequestStats& stats);
+// A label value with Prometheus' escapes (backslash, quote, newline).
+std::string label_value(const std::string& v);
+
+}  // namespace reclaim::server

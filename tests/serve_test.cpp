@@ -348,3 +348,28 @@ TEST(Serve, MetricsAndPsShowTheModelsAndTheRequests) {
   EXPECT_EQ(ps.status, 2);
   EXPECT_NE(ps.out.find("cannot reach"), std::string::npos) << ps.out;
 }
+
+TEST(Serve, TheOfficialOpenAINodeSdkStreamsAChat) {
+  const std::string sdk = RECLAIM_OPENAI_SDK;
+  ASSERT_FALSE(sdk.empty()) << "built without RECLAIM_OPENAI_SDK: run scripts/setup, which fetches the SDK";
+  ASSERT_TRUE(std::filesystem::exists(sdk + "/package.json")) << sdk;
+  Served s;
+  auto plain = s.post("/v1/chat/completions", chat(8));
+  ASSERT_TRUE(plain);
+  const std::string want = json::parse(plain->body)["choices"][0]["message"]["content"];
+  const std::string cmd = "node " + std::string(RECLAIM_SDK_SCRIPT) + " " + sdk + " http://127.0.0.1:" +
+                          std::to_string(s.port()) + "/v1 bpe 2>&1";
+  std::FILE* p = ::popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  ASSERT_EQ(exit_code(::pclose(p)), 0) << out;
+  json got = json::parse(out.substr(out.find('{')));
+  EXPECT_EQ(got["text"], want);
+  EXPECT_GT(got["chunks"].get<int>(), 1);
+  EXPECT_EQ(got["finish"], "length");
+  EXPECT_EQ(got["usage"]["completion_tokens"], 8);
+  EXPECT_EQ(got["models"], json::array({"spm", "bpe"}));
+  s.expect_clean();
+}

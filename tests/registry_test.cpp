@@ -225,3 +225,24 @@ TEST(Registry, AFailedLoadLeavesNothingAndSaysWhy) {
   EXPECT_EQ(reg.accounted(), 0);
   EXPECT_EQ(live(), before);
 }
+
+TEST(Registry, BeyondMaxRunningRequestsWaitAndBeyondTheQueueAreRefused) {
+  RegistryOptions o = options();
+  o.max_running = 1;
+  o.max_queue = 1;
+  Registry reg(o, models());
+  Lease first = reg.acquire("a");
+  auto waiting = std::async(std::launch::async, [&] { return reg.acquire("a"); });
+  // The second waits for the first: it is in the queue, not running.
+  ASSERT_TRUE([&] {
+    for (int i = 0; i < 1000 && reg.status("a").queued == 0; ++i) std::this_thread::sleep_for(5ms);
+    return reg.status("a").queued == 1;
+  }());
+  EXPECT_EQ(reg.status("a").in_flight, 1);
+  EXPECT_THROW(reg.acquire("a"), QueueFull);
+  first.release();
+  Lease second = waiting.get();
+  EXPECT_TRUE(second);
+  EXPECT_EQ(reg.status("a").queued, 0);
+  EXPECT_EQ(reg.status("a").in_flight, 1);
+}

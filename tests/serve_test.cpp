@@ -421,3 +421,22 @@ TEST(Serve, PreloadAndPinAtStartUp) {
   EXPECT_FALSE(s.until([&] { return s.model("spm")["state"] == "unloaded"; }, 0.5));
   s.expect_clean();
 }
+
+TEST(Serve, AFullQueueIs429WithRetryAfter) {
+  Served s({"--parallel", "1", "--max-queue", "0"});
+  auto running = std::async(std::launch::async, [&] {
+    httplib::Client c("127.0.0.1", s.port());
+    c.set_read_timeout(120, 0);
+    json req = chat(8);
+    req.erase("max_tokens");  // until the context is full: long enough to be seen running
+    return c.Post("/v1/chat/completions", req.dump(), "application/json");
+  });
+  ASSERT_TRUE(s.until([&] { return s.model("bpe")["in_flight"] == 1; }));
+  auto refused = s.post("/v1/chat/completions", chat(4));
+  expect_error(refused, 429, "requests running");
+  EXPECT_EQ(refused->get_header_value("Retry-After"), "1");
+  auto done = running.get();
+  ASSERT_TRUE(done);
+  EXPECT_EQ(done->status, 200);
+  s.expect_clean();
+}

@@ -29,7 +29,7 @@ struct Args {
   std::vector<std::string> models, pins, preload;
   std::string models_dir, host = "127.0.0.1", api_key, api_key_file, memory_budget = "0", keep_alive = "5m";
   std::string unload_timeout = "30s", shutdown_timeout = "30s", chat_template, load_mode = "mmap";
-  int port = 8080, max_loaded = 0, ctx = 4096, threads = 0, parallel = 1, batch = 512;
+  int port = 8080, max_loaded = 0, ctx = 4096, threads = 0, parallel = 1, batch = 512, max_queue = 32;
   bool no_autoload = false, verbose = false;
 };
 
@@ -104,6 +104,8 @@ int serve(const Args& a) {
   opts.load_mode = load_mode_from_name(a.load_mode);
   opts.n_threads = a.threads;
   opts.pooled_contexts = a.parallel;
+  opts.max_running = a.parallel;
+  opts.max_queue = a.max_queue;
   opts.session.n_ctx = a.ctx;
   opts.session.n_batch = a.batch;
   server::ServerOptions so;
@@ -184,8 +186,10 @@ Command add_serve(CLI::App& app) {
   sub->add_option("--ctx", a->ctx, "context size of each request")->capture_default_str()->check(CLI::Range(16, 1 << 24));
   sub->add_option("--batch", a->batch, "prompt tokens per decode step")->capture_default_str()->check(CLI::Range(1, 1 << 20));
   sub->add_option("--threads", a->threads, "decode threads a model (0: all cores)")->capture_default_str();
-  sub->add_option("--parallel", a->parallel, "contexts a model keeps for requests at once")->capture_default_str()
+  sub->add_option("--parallel", a->parallel, "requests a model runs at once, each in a context it keeps")->capture_default_str()
       ->check(CLI::Range(1, 256));
+  sub->add_option("--max-queue", a->max_queue, "requests that may wait for a model beyond --parallel (more: 429)")
+      ->capture_default_str()->check(CLI::Range(0, 100000));
   sub->add_option("--load-mode", a->load_mode, "mmap, none, mlock or mmap-mlock")->capture_default_str();
   sub->add_flag("--verbose", a->verbose, "pass llama.cpp's log through to stderr");
   return [a] { return serve(*a); };

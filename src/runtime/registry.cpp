@@ -29,6 +29,7 @@ struct Registry::Entry {
   ModelState state = ModelState::unloaded;
   std::unique_ptr<Model> model;
   int in_flight = 0;
+  int queued = 0;
   std::vector<CancelToken*> tokens;  // of the leases in flight
   bool unload_requested = false;     // no new leases until it is unloaded
   std::atomic<float> progress{0};
@@ -105,6 +106,17 @@ Lease Registry::acquire(const std::string& name, Millis keep_alive) {
   for (;;) {
     if (stopping_) throw NoRoom("the server is shutting down");
     Entry& e = find_locked(name);
+    if (e.state == ModelState::loaded && !e.unload_requested && options_.max_running > 0 &&
+        e.in_flight >= options_.max_running) {
+      if (e.queued >= options_.max_queue) {
+        throw QueueFull("model '" + name + "' has " + std::to_string(e.in_flight) + " requests running and " +
+                        std::to_string(e.queued) + " waiting, the most it takes; try again shortly");
+      }
+      ++e.queued;
+      cv_.wait(lock);
+      --e.queued;
+      continue;
+    }
     if (e.state == ModelState::loaded && !e.unload_requested) {
       Lease l;
       l.registry_ = this;
@@ -375,6 +387,7 @@ ModelStatus Registry::status_locked(const Entry& e) const {
   s.state = e.state;
   s.pinned = e.spec.pinned;
   s.in_flight = e.in_flight;
+  s.queued = e.queued;
   s.load_progress = e.progress;
   s.estimate = e.estimate;
   if (e.model && e.state == ModelState::loaded) s.loaded_bytes = ledger_bytes_under(e.model->scope().path());

@@ -50,6 +50,10 @@ struct RegistryOptions {
   int32_t n_gpu_layers = -1;
   int32_t n_threads = 0;
   int32_t pooled_contexts = 0;
+  // Requests a model runs at once (0: no limit); the next ones wait, up to
+  // max_queue of them a model, and beyond that are refused (QueueFull).
+  int max_running = 0;
+  int max_queue = 32;
   SessionOptions session;     // the context a request gets; sized into the estimate
 };
 
@@ -70,12 +74,17 @@ class NotLoaded : public Error {  // 503: unloaded and autoload is off
  public:
   using Error::Error;
 };
+class QueueFull : public Error {  // 429: too many requests waiting for the model
+ public:
+  using Error::Error;
+};
 
 struct ModelStatus {
   std::string name, path;
   ModelState state = ModelState::unloaded;
   bool pinned = false;
   int in_flight = 0;
+  int queued = 0;            // requests waiting for a running slot
   float load_progress = 0;   // 0..1 while loading
   int64_t estimate = 0;      // bytes the budget counts (host + device), 0 before the first load
   int64_t loaded_bytes = 0;  // on the ledger under the model's scope, while loaded

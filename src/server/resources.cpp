@@ -15,6 +15,7 @@ json model_json(const ModelStatus& s) {
             {"state", model_state_name(s.state)},
             {"pinned", s.pinned},
             {"in_flight", s.in_flight},
+            {"queued", s.queued},
             {"bytes", s.loaded_bytes},
             {"estimate", s.estimate},
             {"loads", s.loads},

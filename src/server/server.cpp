@@ -47,6 +47,7 @@ ApiError to_api_error(const std::exception& ex) {
   if (dynamic_cast<const UnknownModel*>(&ex)) return {404, "invalid_request_error", "model_not_found", m, 0};
   if (dynamic_cast<const NoRoom*>(&ex)) return {503, "server_error", "insufficient_memory", m, 10};
   if (dynamic_cast<const NotLoaded*>(&ex)) return {503, "server_error", "model_not_loaded", m, 5};
+  if (dynamic_cast<const QueueFull*>(&ex)) return {429, "rate_limit_error", "queue_full", m, 1};
   if (dynamic_cast<const ContextOverflow*>(&ex)) return {400, "invalid_request_error", "context_length_exceeded", m, 0};
   if (dynamic_cast<const LoadAborted*>(&ex)) return {503, "server_error", "load_aborted", m, 5};
   return {500, "server_error", "", m, 0};

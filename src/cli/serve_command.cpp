@@ -106,6 +106,7 @@ int serve(const Args& a) {
   opts.pooled_contexts = a.parallel;
   opts.max_running = a.parallel;
   opts.max_queue = a.max_queue;
+  opts.log = true;
   opts.session.n_ctx = a.ctx;
   opts.session.n_batch = a.batch;
   server::ServerOptions so;

@@ -191,9 +191,10 @@ void Registry::load_locked(std::unique_lock<std::mutex>& lock, Entry& e) {
   cp.n_threads = cp.n_threads_batch = options_.n_threads > 0 ? options_.n_threads : default_threads();
 
   lock.unlock();
-  int64_t estimate = 0;
+  int64_t estimate = 0, model_estimate = 0;
   try {
     MemoryEstimate m = estimate_memory(load, cp);
+    model_estimate = m.model_host + m.model_device;
     // The model plus the contexts that may be alive at once: one a pooled slot, at least one.
     estimate = m.model_host + m.model_device + m.model_overhead +
                std::max(1, options_.pooled_contexts) * (m.per_context_host() + m.context_device + m.compute_device);
@@ -223,9 +224,12 @@ void Registry::load_locked(std::unique_lock<std::mutex>& lock, Entry& e) {
   }
   const double ms = ms_since(t0);
   const int64_t actual = ledger_bytes_under(model->scope().path());
-  if (log_topic_enabled("models")) {
-    std::fprintf(stderr, "reclaim: loaded '%s' in %.0f ms: estimate %s, on the ledger %s\n", e.spec.name.c_str(), ms,
-                 format_bytes(estimate).c_str(), format_bytes(actual).c_str());
+  if (options_.log || log_topic_enabled("models")) {
+    // The estimate is checked against what the load took: the ledger has the
+    // weights now; contexts are added as requests come.
+    std::fprintf(stderr, "reclaim: loaded '%s' in %.0f ms: estimate %s (model %s), on the ledger %s\n",
+                 e.spec.name.c_str(), ms, format_bytes(estimate).c_str(), format_bytes(model_estimate).c_str(),
+                 format_bytes(actual).c_str());
   }
   lock.lock();
   e.model = std::move(model);
@@ -328,6 +332,9 @@ void Registry::finish_unload_locked(std::unique_lock<std::mutex>& lock, Entry& e
   const Steady::time_point t0 = Steady::now();
   model.reset();
   const double ms = ms_since(t0);
+  if (options_.log || log_topic_enabled("models")) {
+    std::fprintf(stderr, "reclaim: unloaded '%s' in %.0f ms\n", e.spec.name.c_str(), ms);
+  }
   lock.lock();
   e.state = ModelState::unloaded;
   e.unload_requested = false;

@@ -55,6 +55,7 @@ struct RegistryOptions {
   int max_running = 0;
   int max_queue = 32;
   SessionOptions session;     // the context a request gets; sized into the estimate
+  bool log = false;           // a line on stderr for each load and unload (also RECLAIM_LOG=models)
 };
 
 // Errors that a server maps to HTTP statuses.

@@ -133,7 +133,7 @@ void parse_sampling(const json& j, bool chat, GenerateRequest& g) {
 
 }  // namespace
 
-CompletionRequest parse_completion_request(const std::string& body, bool chat) {
+json parse_object(const std::string& body) {
   json j;
   try {
     j = json::parse(body);
@@ -141,6 +141,11 @@ CompletionRequest parse_completion_request(const std::string& body, bool chat) {
     bad_request(std::string("the request body is not valid JSON: ") + e.what());
   }
   if (!j.is_object()) bad_request("the request body must be a JSON object");
+  return j;
+}
+
+CompletionRequest parse_completion_request(const std::string& body, bool chat) {
+  const json j = parse_object(body);
   CompletionRequest r;
   r.chat = chat;
   if (!j.contains("model")) bad_request("'model' is required", "model_required");

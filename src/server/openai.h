@@ -34,6 +34,8 @@ class ApiException : public std::exception {
 };
 [[noreturn]] void bad_request(const std::string& message, const std::string& code = "");
 nlohmann::json error_json(const ApiError& e);
+// The body as a JSON object; a 400 saying why when it is not one.
+nlohmann::json parse_object(const std::string& body);
 
 struct CompletionRequest {
   bool chat = false;

@@ -62,17 +62,6 @@ void guarded(httplib::Response& res, F&& f) {
   }
 }
 
-json parse_object(const std::string& body) {
-  json j;
-  try {
-    j = json::parse(body);
-  } catch (const json::parse_error& e) {
-    bad_request(std::string("the request body is not valid JSON: ") + e.what());
-  }
-  if (!j.is_object()) bad_request("the request body must be a JSON object");
-  return j;
-}
-
 std::string sse(const json& j) { return "data: " + j.dump() + "\n\n"; }
 
 // What a request needs while it runs; shared with the stream's provider so

@@ -120,21 +120,17 @@ int run(const Args& a) {
   SessionOptions so;
   so.n_batch = a.batch;
   so.n_threads = a.threads;
-  llama_context_params cp = llama_context_default_params();
+  const int32_t threads = a.threads > 0 ? a.threads : default_threads();
   ModelInfo info;
   {
     // Sized before loading: refuse what cannot fit rather than swap or be
     // killed. Without --ctx the context is 4096, or the training context if
     // that is smaller, which only the file says: then a second estimate.
     so.n_ctx = a.ctx > 0 ? a.ctx : 4096;
-    cp.n_ctx = static_cast<uint32_t>(so.n_ctx);
-    cp.n_batch = cp.n_ubatch = static_cast<uint32_t>(std::min(a.batch, so.n_ctx));
-    MemoryEstimate e = estimate_memory(load, cp, &info);
+    MemoryEstimate e = estimate_memory(load, session_context_params(so, 0, threads), &info);
     if (a.ctx == 0 && info.n_ctx_train > 0 && info.n_ctx_train < so.n_ctx) {
       so.n_ctx = info.n_ctx_train;
-      cp.n_ctx = static_cast<uint32_t>(so.n_ctx);
-      cp.n_batch = cp.n_ubatch = static_cast<uint32_t>(std::min(a.batch, so.n_ctx));
-      e = estimate_memory(load, cp);
+      e = estimate_memory(load, session_context_params(so, 0, threads));
     }
     check_memory_fits(e, "model '" + load.path + "' with a context of " + std::to_string(so.n_ctx) + " tokens");
   }

@@ -53,9 +53,9 @@ using Clock = std::chrono::steady_clock;
 
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
-// The last generated token is sampled but never decoded, so a request needs
-// n_prompt + max_tokens - 1 positions.
-void check_fits(int32_t n_prompt, int32_t max_tokens, int32_t n_ctx) {
+}  // namespace
+
+void check_context_fits(int32_t n_prompt, int32_t max_tokens, int32_t n_ctx) {
   if (n_prompt > n_ctx) {
     throw ContextOverflow("the prompt is " + std::to_string(n_prompt) + " tokens, longer than the context of " +
                           std::to_string(n_ctx) + " tokens");
@@ -67,6 +67,8 @@ void check_fits(int32_t n_prompt, int32_t max_tokens, int32_t n_ctx) {
                           " positions, more than the context of " + std::to_string(n_ctx) + " tokens");
   }
 }
+
+namespace {
 
 void fill(llama_batch& b, const llama_token* tokens, int32_t n, int32_t pos, bool last_logits) {
   b.n_tokens = n;
@@ -105,7 +107,7 @@ GenerateResult generate(Session& s, const GenerateRequest& req, const GenerateHo
   }
   if (prompt.empty()) throw Error("the prompt is empty (no tokens)");
   const auto n_prompt = static_cast<int32_t>(prompt.size());
-  check_fits(n_prompt, req.max_tokens, s.n_ctx());
+  check_context_fits(n_prompt, req.max_tokens, s.n_ctx());
   r.timings.prompt_tokens = n_prompt;
 
   // Plain greedy needs no sampler chain: an argmax over the logits picks the

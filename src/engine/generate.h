@@ -67,6 +67,12 @@ class ContextOverflow : public Error {
 
 GenerateResult generate(Session& session, const GenerateRequest& request, const GenerateHooks& hooks = {});
 
+// Throws ContextOverflow when a prompt of `n_prompt` tokens with up to
+// `max_tokens` generated (< 0: no limit) cannot run in `n_ctx` positions. The
+// last generated token is sampled but never decoded, so a request needs
+// n_prompt + max_tokens - 1 positions.
+void check_context_fits(int32_t n_prompt, int32_t max_tokens, int32_t n_ctx);
+
 std::vector<llama_token> tokenize(const llama_vocab* vocab, std::string_view text, bool add_special,
                                   bool parse_special = true);
 // The bytes of one token as text (special tokens render as nothing).

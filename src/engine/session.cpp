@@ -26,24 +26,28 @@ int32_t default_threads() {
   return n ? static_cast<int32_t>(n) : 1;
 }
 
+llama_context_params session_context_params(const SessionOptions& o, int32_t n_ctx_train, int32_t max_threads) {
+  if (o.n_ctx < 0) throw Error("context size must be >= 0 (0: the model's training context)");
+  if (o.n_batch <= 0) throw Error("batch size must be > 0");
+  llama_context_params cp = llama_context_default_params();
+  const int32_t n_ctx = o.n_ctx ? o.n_ctx : n_ctx_train;
+  cp.n_ctx = static_cast<uint32_t>(n_ctx);
+  cp.n_batch = static_cast<uint32_t>(n_ctx > 0 ? std::min(o.n_batch, n_ctx) : o.n_batch);
+  cp.n_ubatch = cp.n_batch;
+  cp.n_seq_max = 1;
+  // The model's pool has max_threads workers; a session may use fewer.
+  cp.n_threads = o.n_threads > 0 ? std::min(o.n_threads, max_threads) : max_threads;
+  cp.n_threads_batch = o.n_threads_batch > 0 ? std::min(o.n_threads_batch, max_threads) : cp.n_threads;
+  return cp;
+}
+
 Session::Session(Model& model, const SessionOptions& o, const CancelToken* cancel)
     : model_(model),
       scope_(open_model_scope(model), "request:" + std::to_string(g_next_request.fetch_add(1)),
              ScopeOptions{.release_heap_on_close = true}),
       cancel_(cancel) {
-  if (o.n_ctx < 0) throw Error("context size must be >= 0 (0: the model's training context)");
-  if (o.n_batch <= 0) throw Error("batch size must be > 0");
-  llama_context_params cp = llama_context_default_params();
-  n_ctx_ = o.n_ctx ? o.n_ctx : model.info().n_ctx_train;
-  cp.n_ctx = static_cast<uint32_t>(n_ctx_);
-  n_batch_ = std::min(o.n_batch, n_ctx_);
-  cp.n_batch = static_cast<uint32_t>(n_batch_);
-  cp.n_ubatch = cp.n_batch;
-  cp.n_seq_max = 1;
-  // The model's pool has model.n_threads() workers; a session may use fewer.
-  const int32_t max_threads = model.n_threads();
-  cp.n_threads = o.n_threads > 0 ? std::min(o.n_threads, max_threads) : max_threads;
-  cp.n_threads_batch = o.n_threads_batch > 0 ? std::min(o.n_threads_batch, max_threads) : cp.n_threads;
+  llama_context_params cp = session_context_params(o, model.info().n_ctx_train, model.n_threads());
+  n_batch_ = static_cast<int32_t>(cp.n_batch);
   if (cancel_) {
     cp.abort_callback = on_abort_poll;
     cp.abort_callback_data = const_cast<CancelToken*>(cancel_);

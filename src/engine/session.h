@@ -55,4 +55,10 @@ class Session {
 // All cores of this machine (what n_threads = 0 means).
 int32_t default_threads();
 
+// The llama.cpp parameters of a session's context, so that an estimate made
+// before a load plans the context that sessions will really make.
+// `n_ctx_train`: the model's (0 when not yet known: llama.cpp then uses it
+// itself); `max_threads`: the model's pool size. Throws Error on bad options.
+llama_context_params session_context_params(const SessionOptions& o, int32_t n_ctx_train, int32_t max_threads);
+
 }  // namespace reclaim

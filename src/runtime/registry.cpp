@@ -185,10 +185,8 @@ void Registry::load_locked(std::unique_lock<std::mutex>& lock, Entry& e) {
     std::lock_guard lock(mu_);  // the flag is read under the registry's lock
     return !stopping_;
   };
-  llama_context_params cp = llama_context_default_params();
-  cp.n_ctx = static_cast<uint32_t>(options_.session.n_ctx);
-  cp.n_batch = cp.n_ubatch = static_cast<uint32_t>(options_.session.n_batch);
-  cp.n_threads = cp.n_threads_batch = options_.n_threads > 0 ? options_.n_threads : default_threads();
+  const llama_context_params cp =
+      session_context_params(options_.session, 0, options_.n_threads > 0 ? options_.n_threads : default_threads());
 
   lock.unlock();
   int64_t estimate = 0, model_estimate = 0;

@@ -74,20 +74,15 @@ struct Running {
   int64_t created = 0;
 };
 
-// Checks prompt + max_tokens against the context before anything is sent,
-// so that a stream never starts for a request that cannot run.
-void check_context(Running& run) {
-  const llama_vocab* vocab = run.lease.model().vocab();
-  const size_t n_prompt = run.req.generate.prompt_tokens.empty()
-                              ? tokenize(vocab, run.req.generate.prompt, run.req.generate.add_special).size()
-                              : run.req.generate.prompt_tokens.size();
-  const int64_t n_ctx = run.session.n_ctx > 0 ? run.session.n_ctx : run.lease.model().info().n_ctx_train;
-  const int64_t max = run.req.generate.max_tokens;
-  if (static_cast<int64_t>(n_prompt) > n_ctx || (max > 0 && static_cast<int64_t>(n_prompt) + max - 1 > n_ctx)) {
-    throw ContextOverflow("the prompt is " + std::to_string(n_prompt) + " tokens and max_tokens is " +
-                          std::to_string(max) + ": together more than the context of " + std::to_string(n_ctx) +
-                          " tokens");
-  }
+// Tokenizes the prompt once (generate then takes the tokens) and checks it
+// against the context before anything is sent, so that a stream never
+// starts for a request that cannot run.
+void prepare_prompt(Running& run) {
+  GenerateRequest& g = run.req.generate;
+  if (g.prompt_tokens.empty()) g.prompt_tokens = tokenize(run.lease.model().vocab(), g.prompt, g.add_special);
+  if (g.prompt_tokens.empty()) bad_request("the prompt is empty (no tokens)");
+  const int32_t n_ctx = run.session.n_ctx > 0 ? run.session.n_ctx : run.lease.model().info().n_ctx_train;
+  check_context_fits(static_cast<int32_t>(g.prompt_tokens.size()), g.max_tokens, n_ctx);
 }
 
 }  // namespace
@@ -257,7 +252,7 @@ bool Server::complete(const httplib::Request& http_req, httplib::Response& res, 
   } catch (const Error& e) {
     bad_request(e.what());
   }
-  check_context(*run);
+  prepare_prompt(*run);
 
   if (!run->req.stream) {
     CancelToken cancel;

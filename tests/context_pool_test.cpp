@@ -112,3 +112,17 @@ TEST(ContextPool, AnEarlierRequestsCancelTokenDoesNotStopTheNext) {
   Session s(model, opts());
   EXPECT_EQ(generate(s, greedy()).finish, FinishReason::length);
 }
+
+TEST(ContextPool, ALeaseTheLedgerCannotRecordGoesBackToThePool) {
+  Model model(pooled_load(1));
+  { Session warm(model, opts()); }  // the pooled context now exists, idle
+  const uint64_t before = Ledger::process().totals().count;
+  // The lease is the first ledger entry a session takes on a pooled context.
+  Ledger::process().fail_next_acquires(1);
+  EXPECT_THROW(Session(model, opts()), std::bad_alloc);
+  EXPECT_EQ(Ledger::process().totals().count, before);
+  EXPECT_EQ(model.context_pool()->pooled(), 1u);
+  EXPECT_EQ(model.context_pool()->idle(), 1u) << "the context stayed leased to a request that never started";
+  Session s(model, opts());
+  EXPECT_EQ(generate(s, greedy()).tokens.size(), 16u);
+}

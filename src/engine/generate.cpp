@@ -1,10 +1,8 @@
 #include "engine/generate.h"
 
-#include <chrono>
 #include <mutex>
 
-#include "core/defer.h"
-#include "engine/text_stream.h"
+#include "engine/generation.h"
 
 namespace reclaim {
 
@@ -47,14 +45,6 @@ std::string token_piece(const llama_vocab* vocab, llama_token token) {
   return big;
 }
 
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
-
-}  // namespace
-
 void check_context_fits(int32_t n_prompt, int32_t max_tokens, int32_t n_ctx) {
   if (n_prompt > n_ctx) {
     throw ContextOverflow("the prompt is " + std::to_string(n_prompt) + " tokens, longer than the context of " +
@@ -96,44 +86,11 @@ bool decode(Session& s, const llama_batch& b) {
 }  // namespace
 
 GenerateResult generate(Session& s, const GenerateRequest& req, const GenerateHooks& hooks) {
-  const Clock::time_point start = Clock::now();
   const llama_vocab* vocab = s.model().vocab();
   GenerateResult r;
-  std::vector<llama_token> prompt =
-      req.prompt_tokens.empty() ? tokenize(vocab, req.prompt, req.add_special) : req.prompt_tokens;
-  const int32_t n_vocab = llama_vocab_n_tokens(vocab);
-  for (llama_token t : prompt) {
-    if (t < 0 || t >= n_vocab) throw Error("prompt token " + std::to_string(t) + " is not in the vocabulary (0.." + std::to_string(n_vocab - 1) + ")");
-  }
-  if (prompt.empty()) throw Error("the prompt is empty (no tokens)");
+  const std::vector<llama_token> prompt = prompt_tokens(vocab, req, s.n_ctx());
   const auto n_prompt = static_cast<int32_t>(prompt.size());
-  check_context_fits(n_prompt, req.max_tokens, s.n_ctx());
-  r.timings.prompt_tokens = n_prompt;
-
-  // Plain greedy needs no sampler chain: an argmax over the logits picks the
-  // same token as llama.cpp's greedy sampler (the first of equal maxima)
-  // without building the candidate array of the whole vocabulary each step,
-  // which cost 7% of generation speed with a 151,936-token vocab
-  // (bench/generate: tg 0.93x of llama-bench with the chain, 1.0x without).
-  validate(req.sampling);
-  const bool argmax = req.sampling.greedy() && (req.sampling.repeat_penalty == 1.0f || req.sampling.repeat_last_n == 0);
-  Owned<llama_sampler> sampler;
-  if (!argmax) {
-    r.seed = resolve_seed(req.sampling);
-    sampler = new_sampler(s.scope(), vocab, req.sampling, r.seed);
-    for (llama_token t : prompt) llama_sampler_accept(sampler.get(), t);
-  }
-  Defer release_sampler([&] { sampler.release(); });
-  auto sample = [&]() -> llama_token {
-    if (!argmax) return llama_sampler_sample(sampler.get(), s.context(), -1);
-    const float* logits = llama_get_logits_ith(s.context(), -1);
-    if (!logits) throw Error("llama.cpp returned no logits for the last token");
-    llama_token best = 0;
-    for (int32_t i = 1; i < n_vocab; ++i) {
-      if (logits[i] > logits[best]) best = i;
-    }
-    return best;
-  };
+  Generation gen(s.scope(), vocab, req, prompt, r);
 
   // Marks every cell free; the buffers need no zeroing (llama-bench does the same).
   llama_memory_clear(llama_get_memory(s.context()), false);
@@ -142,6 +99,13 @@ GenerateResult generate(Session& s, const GenerateRequest& req, const GenerateHo
     r.finish = FinishReason::cancelled;
     r.cancel_reason = s.cancel_token()->reason();
     return true;
+  };
+  std::string text;
+  auto emit = [&] {
+    if (text.empty()) return;
+    if (hooks.on_text) hooks.on_text(text);
+    r.text += text;
+    text.clear();
   };
   int step = 0;
   llama_batch& batch = s.batch();
@@ -152,60 +116,30 @@ GenerateResult generate(Session& s, const GenerateRequest& req, const GenerateHo
     fill(batch, prompt.data() + done, n, done, done + n == n_prompt);
     if (cancelled() || !decode(s, batch)) {
       cancelled();
-      r.timings.prompt_ms = ms_since(start);
-      r.timings.total_ms = r.timings.prompt_ms;
+      gen.finish();
       return r;
     }
     done += n;
   }
-  const Clock::time_point prompt_done = Clock::now();
-  r.timings.prompt_ms = std::chrono::duration<double, std::milli>(prompt_done - start).count();
+  gen.prompt_done();
 
-  TextStream stream(req.stop);
-  auto emit = [&](std::string text) {
-    if (text.empty()) return;
-    if (hooks.on_text) hooks.on_text(text);
-    r.text += text;
-  };
-  int32_t pos = n_prompt;
-  for (;;) {
+  for (int32_t pos = n_prompt;; ++pos) {
     if (cancelled()) break;
-    const llama_token t = sample();
-    if (r.tokens.empty()) r.timings.first_token_ms = ms_since(start);
-    if (llama_vocab_is_eog(vocab, t)) {
-      r.finish = FinishReason::eos;
-      break;
-    }
-    r.tokens.push_back(t);
-    emit(stream.push(token_piece(vocab, t)));
-    if (stream.stopped()) {
-      r.finish = FinishReason::stop;
-      r.stop = stream.matched_stop();
-      break;
-    }
-    const auto n_gen = static_cast<int32_t>(r.tokens.size());
-    if (req.max_tokens >= 0 && n_gen >= req.max_tokens) {
-      r.finish = FinishReason::length;
-      break;
-    }
-    if (pos >= s.n_ctx()) {
-      r.finish = FinishReason::context;
-      break;
-    }
+    const bool end = gen.accept(gen.sample(s.context(), -1), pos, s.n_ctx(), text);
+    emit();
+    if (end) break;
     if (hooks.before_decode) hooks.before_decode(step, false);
     ++step;
     if (cancelled()) break;
+    const llama_token t = r.tokens.back();
     fill(batch, &t, 1, pos, true);
     if (!decode(s, batch)) {
       cancelled();
       break;
     }
-    ++pos;
   }
-  emit(stream.finish());
-  r.timings.generated_tokens = static_cast<int32_t>(r.tokens.size());
-  r.timings.generate_ms = ms_since(prompt_done);
-  r.timings.total_ms = ms_since(start);
+  text = gen.finish();
+  emit();
   return r;
 }
 

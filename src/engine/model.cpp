@@ -1,5 +1,6 @@
 #include "engine/model.h"
 
+#include "engine/batcher.h"
 #include "engine/session.h"
 
 namespace reclaim {
@@ -29,8 +30,18 @@ Model::Model(const ModelLoad& load, Scope* parent) : mode_(load.mode) {
 
 Model::~Model() { unload(); }
 
+Batcher& Model::start_batcher(const BatcherOptions& options) {
+  if (!loaded()) throw Error("model '" + info_.path + "' is unloaded");
+  if (batcher_) throw Error("model '" + info_.path + "' already batches its requests");
+  batcher_ = std::make_unique<Batcher>(*this, options);
+  return *batcher_;
+}
+
 void Model::unload() noexcept {
   if (!scope_) return;
+  // Its requests end (cancelled) and its thread is joined before their
+  // scopes and its context are closed with the model's.
+  if (batcher_) batcher_->stop();
   scope_->close();
   model_ = {};
   pool_ = {};

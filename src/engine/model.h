@@ -23,6 +23,9 @@
 
 namespace reclaim {
 
+class Batcher;
+struct BatcherOptions;
+
 class Model {
  public:
   // Loads into a new scope "model:<file name>" under `parent`, or a root
@@ -44,6 +47,10 @@ class Model {
   std::mutex& decode_mutex() { return decode_mu_; }
   // Null unless the load asked for pooled contexts.
   ContextPool* context_pool() { return contexts_.get(); }
+  // Requests then decode together in one context (engine/batcher.h). Once;
+  // null until started.
+  Batcher& start_batcher(const BatcherOptions& options);
+  Batcher* batcher() { return batcher_.get(); }
 
   // Closes the scope now: live sessions first, then the model. Using the
   // model afterwards is an error; a second call does nothing.
@@ -55,6 +62,7 @@ class Model {
   Owned<llama_model> model_;
   Owned<ggml_threadpool> pool_;
   std::unique_ptr<ContextPool> contexts_;
+  std::unique_ptr<Batcher> batcher_;
   ModelInfo info_;
   LoadMode mode_;
   int32_t n_threads_ = 1;

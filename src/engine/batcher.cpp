@@ -1,0 +1,340 @@
+#include "engine/batcher.h"
+
+#include <algorithm>
+#include <exception>
+
+#include "core/defer.h"
+#include "engine/generation.h"
+#include "engine/model.h"
+
+namespace reclaim {
+
+namespace {
+
+std::atomic<uint64_t> g_next_request{1};
+
+}  // namespace
+
+llama_context_params batch_context_params(const BatcherOptions& o, int32_t n_ctx_train, int32_t max_threads) {
+  if (o.n_seq < 1 || o.n_seq > 256) throw Error("parallel requests must be 1..256 (llama.cpp's sequence limit)");
+  llama_context_params cp = session_context_params(o.session, n_ctx_train, max_threads);
+  // Every sequence's next token has to fit one step's batch.
+  if (static_cast<int32_t>(cp.n_batch) < o.n_seq) {
+    throw Error("batch size " + std::to_string(cp.n_batch) + " is smaller than the " + std::to_string(o.n_seq) +
+                " parallel requests");
+  }
+  cp.n_ctx *= static_cast<uint32_t>(o.n_seq);
+  cp.n_seq_max = static_cast<uint32_t>(o.n_seq);
+  cp.kv_unified = false;
+  return cp;
+}
+
+// One request. It lives on its caller's stack; the caller leaves only once
+// the decode thread has let go of it (done).
+struct Batcher::Job {
+  std::vector<llama_token> prompt;
+  Generation* gen = nullptr;
+  GenerateResult* result = nullptr;
+  const CancelToken* cancel = nullptr;
+
+  // The decode thread's own.
+  int32_t seq = -1;
+  int32_t n_past = 0;    // positions in the KV cells
+  int32_t n_fed = 0;     // prompt tokens put in a batch so far
+  int32_t n_in_step = 0; // tokens of this job in the current batch
+  int32_t row = -1;      // its logits row in the current batch, or -1
+  llama_token next = -1; // sampled, to be decoded next step
+
+  // Under Batcher::mu_.
+  std::condition_variable cv;
+  std::string out;       // text not yet taken by the caller
+  bool done = false;
+  std::exception_ptr error;
+
+  std::atomic<bool> abandoned{false};  // the caller is leaving
+
+  bool generating() const { return n_fed == static_cast<int32_t>(prompt.size()); }
+  bool stopped() const { return abandoned.load() || (cancel && cancel->cancelled()); }
+};
+
+Batcher::Batcher(Model& model, const BatcherOptions& o)
+    : model_(model), scope_(model.scope(), "batch", ScopeOptions{.release_heap_on_close = true}), n_seq_(o.n_seq) {
+  llama_context_params cp = batch_context_params(o, model.info().n_ctx_train, model.n_threads());
+  cp.abort_callback = abort_poll;
+  cp.abort_callback_data = this;
+  ctx_ = new_context(scope_, model.get(), cp, model.threadpool());
+  n_ctx_seq_ = static_cast<int32_t>(llama_n_ctx_seq(ctx_.get()));
+  n_batch_ = static_cast<int32_t>(cp.n_batch);
+  batch_ = new_batch(scope_, n_batch_, 1);
+  slots_.assign(static_cast<size_t>(n_seq_), nullptr);
+  in_batch_.reserve(static_cast<size_t>(n_seq_));
+  Scope::Slot slot = scope_.reserve(Kind::thread, "batch decode thread");
+  thread_ = std::thread([this] { loop(); });
+  // Registered after the context, so it runs first: the thread is joined
+  // before the context it decodes on is freed.
+  slot.arm(0, [this] { stop(); });
+}
+
+Batcher::~Batcher() {
+  stop();
+  scope_.close();
+}
+
+void Batcher::stop() noexcept {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  abort_ = true;
+  work_cv_.notify_all();
+  if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
+}
+
+size_t Batcher::active() const {
+  std::lock_guard lock(mu_);
+  return active_;
+}
+
+bool Batcher::abort_poll(void* data) {
+  // Runs on ggml's threads while the decode thread waits in llama_decode, so
+  // in_batch_ does not change under it. A step stops early only when none of
+  // its requests wants it any more: the others' tokens are in it too.
+  auto* self = static_cast<Batcher*>(data);
+  if (self->abort_.load()) return true;
+  if (self->in_batch_.empty()) return false;
+  for (const Job* j : self->in_batch_) {
+    if (!j->stopped()) return false;
+  }
+  return true;
+}
+
+GenerateResult Batcher::generate(const GenerateRequest& req, const GenerateHooks& hooks, const CancelToken* cancel) {
+  GenerateResult r;
+  Scope request(scope_, "request:" + std::to_string(g_next_request.fetch_add(1)));
+  Job job;
+  job.prompt = prompt_tokens(model_.vocab(), req, n_ctx_seq_);
+  Generation gen(request, model_.vocab(), req, job.prompt, r);
+  job.gen = &gen;
+  job.result = &r;
+  job.cancel = cancel;
+  // After the sampler, so it runs before the chain is freed.
+  Scope::Slot seq = request.reserve(Kind::context, "sequence");
+  {
+    // Checked where the job is queued, so that none is queued after the
+    // decode thread has gone.
+    std::lock_guard lock(mu_);
+    if (stopping_) throw Error("the model is being unloaded; it takes no more requests");
+    pending_.push_back(&job);
+  }
+  seq.arm(0, [this, &job] { retire_and_wait(job); });
+  // Whichever way this returns, the decode thread lets go of the job before
+  // the job, and the sampler chain it samples with, leave the stack.
+  Defer leave([&] { request.close(); });
+  work_cv_.notify_one();
+
+  std::string text;
+  for (;;) {
+    bool done;
+    {
+      std::unique_lock lock(mu_);
+      job.cv.wait(lock, [&] { return job.done || !job.out.empty(); });
+      text.swap(job.out);
+      done = job.done;
+    }
+    if (!text.empty()) {
+      if (hooks.on_text) hooks.on_text(text);
+      r.text += text;
+      text.clear();
+    }
+    if (done) break;
+  }
+  std::move(leave).invoke();
+  if (job.error) std::rethrow_exception(job.error);
+  return r;
+}
+
+void Batcher::retire_and_wait(Job& job) noexcept {
+  std::unique_lock lock(mu_);
+  if (job.done) return;
+  auto it = std::find(pending_.begin(), pending_.end(), &job);
+  if (it != pending_.end()) {
+    // Never got a sequence: nothing of it is in the context.
+    pending_.erase(it);
+    job.done = true;
+    return;
+  }
+  job.abandoned = true;
+  work_cv_.notify_all();
+  job.cv.wait(lock, [&] { return job.done; });
+}
+
+void Batcher::admit_locked() {
+  for (size_t s = 0; s < slots_.size() && !pending_.empty(); ++s) {
+    if (slots_[s]) continue;
+    Job* j = pending_.front();
+    pending_.pop_front();
+    j->seq = static_cast<int32_t>(s);
+    slots_[s] = j;
+    ++active_;
+  }
+}
+
+void Batcher::retire(Job& job, bool cancelled) noexcept {
+  // The request's KV cells go now: the next request in this sequence starts
+  // from an empty one, and nothing of this one is left in the context.
+  llama_memory_seq_rm(llama_get_memory(ctx_.get()), job.seq, -1, -1);
+  if (cancelled) {
+    job.result->finish = FinishReason::cancelled;
+    job.result->cancel_reason = job.cancel && job.cancel->cancelled() ? job.cancel->reason() : CancelReason::caller;
+  }
+  std::string rest;
+  try {
+    rest = job.gen->finish();
+  } catch (...) {
+    if (!job.error) job.error = std::current_exception();
+  }
+  std::lock_guard lock(mu_);
+  slots_[static_cast<size_t>(job.seq)] = nullptr;
+  --active_;
+  job.out += rest;
+  job.done = true;
+  // Under the lock: once it is released the caller may return and free the job.
+  job.cv.notify_one();
+}
+
+void Batcher::loop() noexcept {
+  for (;;) {
+    std::vector<Job*> jobs;
+    {
+      std::unique_lock lock(mu_);
+      work_cv_.wait(lock, [&] { return stopping_ || !pending_.empty() || active_ > 0; });
+      if (stopping_) break;
+      admit_locked();
+      for (Job* j : slots_) {
+        if (j) jobs.push_back(j);
+      }
+    }
+    for (Job* j : jobs) {
+      if (j->stopped()) retire(*j, true);
+    }
+    try {
+      step();
+    } catch (...) {
+      // Not one request's fault (that is caught per request): all in the step fail.
+      for (Job* j : in_batch_) {
+        j->error = std::current_exception();
+        retire(*j, false);
+      }
+      in_batch_.clear();
+    }
+  }
+  // Stopping: whatever still runs or waits ends as cancelled.
+  std::vector<Job*> left;
+  {
+    std::lock_guard lock(mu_);
+    for (Job* j : slots_) {
+      if (j) left.push_back(j);
+    }
+  }
+  for (Job* j : left) retire(*j, true);
+  std::lock_guard lock(mu_);
+  for (Job* j : pending_) {
+    j->result->finish = FinishReason::cancelled;
+    j->result->cancel_reason = CancelReason::caller;
+    j->done = true;
+    j->cv.notify_one();
+  }
+  pending_.clear();
+}
+
+bool Batcher::step() {
+  llama_batch& b = *batch_.get();
+  b.n_tokens = 0;
+  in_batch_.clear();
+  auto add = [&](llama_token t, int32_t pos, int32_t seq, bool logits) {
+    const int32_t i = b.n_tokens++;
+    b.token[i] = t;
+    b.pos[i] = pos;
+    b.n_seq_id[i] = 1;
+    b.seq_id[i][0] = seq;
+    b.logits[i] = logits;
+  };
+  std::vector<Job*> live;
+  {
+    std::lock_guard lock(mu_);
+    for (Job* j : slots_) {
+      if (j) live.push_back(j);
+    }
+  }
+  // Generating requests first, one token each, so that a long prompt coming
+  // in does not hold up the streams; prompts fill the rest of the batch.
+  for (Job* j : live) {
+    if (!j->generating()) continue;
+    j->row = b.n_tokens;
+    j->n_in_step = 1;
+    add(j->next, j->n_past, j->seq, true);
+    in_batch_.push_back(j);
+  }
+  for (Job* j : live) {
+    if (j->generating()) continue;
+    const int32_t room = n_batch_ - b.n_tokens;
+    if (room <= 0) break;
+    const auto n_prompt = static_cast<int32_t>(j->prompt.size());
+    const int32_t n = std::min(room, n_prompt - j->n_fed);
+    const bool last = j->n_fed + n == n_prompt;
+    for (int32_t k = 0; k < n; ++k) add(j->prompt[static_cast<size_t>(j->n_fed + k)], j->n_past + k, j->seq, last && k == n - 1);
+    j->row = last ? b.n_tokens - 1 : -1;
+    j->n_in_step = n;
+    in_batch_.push_back(j);
+  }
+  if (b.n_tokens == 0) return false;
+
+  int32_t rc;
+  {
+    std::lock_guard lock(model_.decode_mutex());  // one graph at a time on the model's pool
+    rc = llama_decode(ctx_.get(), b);
+  }
+  steps_.fetch_add(1);
+  std::vector<Job*> stepped;
+  stepped.swap(in_batch_);
+  if (rc == 2) return true;  // aborted: every request in it is stopping; the next turn retires them
+  if (rc != 0) {
+    const Error e("llama_decode failed (code " + std::to_string(rc) + ") at a batch of " +
+                  std::to_string(b.n_tokens) + " tokens of " + std::to_string(stepped.size()) + " requests");
+    for (Job* j : stepped) {
+      j->error = std::make_exception_ptr(e);
+      retire(*j, false);
+    }
+    return true;
+  }
+  for (Job* j : stepped) {
+    const bool was_prompt = !j->generating();
+    j->n_past += j->n_in_step;
+    if (was_prompt) {
+      j->n_fed += j->n_in_step;
+      if (j->generating()) j->gen->prompt_done();
+    }
+    if (j->row < 0) continue;
+    try {
+      const llama_token t = j->gen->sample(ctx_.get(), j->row);
+      std::string text;
+      const bool end = j->gen->accept(t, j->n_past, n_ctx_seq_, text);
+      if (!text.empty()) {
+        std::lock_guard lock(mu_);
+        j->out += text;
+        j->cv.notify_one();
+      }
+      if (end) {
+        retire(*j, false);
+      } else {
+        j->next = t;
+      }
+    } catch (...) {
+      j->error = std::current_exception();
+      retire(*j, false);
+    }
+  }
+  return true;
+}
+
+}  // namespace reclaim

@@ -1,0 +1,101 @@
+// Continuous batching: the requests on one model decode together in one
+// context, each in a sequence of its own (llama-server's slots). Each step
+// puts the next token of every generating request and a chunk of the prompts
+// still being read into one batch, so N streams cost about one decode a
+// token, where N sessions would cost N (the weights are read once a step).
+//
+// One thread decodes; a request's own thread only waits for its text and
+// hands it on (hooks.on_text), so a slow client never stalls the others.
+//
+// Resources: the context, its batch and the decode thread are in the scope
+// "model:<name>/batch". A request opens "request:<n>" under it; its sampler
+// chain and its sequence are cleanups there, and the sequence's cleanup
+// returns only once the decode thread has removed the request's KV cells and
+// freed its slot: when generate() returns or throws, however the request
+// ended, nothing of it is left in the context.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include <llama.h>
+
+#include "core/cancel.h"
+#include "core/scope.h"
+#include "engine/generate.h"
+#include "engine/owners.h"
+#include "engine/session.h"
+
+namespace reclaim {
+
+class Model;
+
+struct BatcherOptions {
+  int32_t n_seq = 1;       // requests decoding at once; more wait for a free sequence
+  SessionOptions session;  // n_ctx: each sequence's context; n_batch: tokens a step
+};
+
+// The context a Batcher makes: n_seq sequences of session.n_ctx positions
+// each, every sequence with its own KV cells (not unified), so that a
+// request admitted can always run to its length whatever the others do.
+llama_context_params batch_context_params(const BatcherOptions& o, int32_t n_ctx_train, int32_t max_threads);
+
+class Batcher {
+ public:
+  Batcher(Model& model, const BatcherOptions& options);
+  ~Batcher();
+  Batcher(const Batcher&) = delete;
+  Batcher& operator=(const Batcher&) = delete;
+
+  // Runs one request, waiting for a free sequence first. `cancel` (may be
+  // null) stops it within one decode step. hooks.on_text runs on the calling
+  // thread; hooks.before_decode is not called (steps are shared).
+  GenerateResult generate(const GenerateRequest& request, const GenerateHooks& hooks = {},
+                          const CancelToken* cancel = nullptr);
+
+  // Cancels every request and joins the decode thread; later requests fail.
+  // The context stays until the scope closes. Idempotent.
+  void stop() noexcept;
+
+  int32_t n_seq() const { return n_seq_; }
+  int32_t n_ctx_seq() const { return n_ctx_seq_; }
+  int32_t n_batch() const { return n_batch_; }
+  size_t active() const;     // sequences in use
+  uint64_t steps() const { return steps_.load(); }  // decodes so far
+  Scope& scope() { return scope_; }
+  // For looking at its KV cells; decoding on it is the decode thread's alone.
+  llama_context* context() { return ctx_.get(); }
+
+ private:
+  struct Job;
+  void loop() noexcept;
+  bool step();  // one batch; false when there was nothing to decode
+  void admit_locked();
+  void retire(Job& job, bool cancelled) noexcept;
+  void retire_and_wait(Job& job) noexcept;
+  static bool abort_poll(void* data);
+
+  Model& model_;
+  Scope scope_;
+  Owned<llama_context> ctx_;
+  Owned<llama_batch> batch_;
+  int32_t n_seq_ = 1, n_ctx_seq_ = 0, n_batch_ = 0;
+
+  mutable std::mutex mu_;
+  std::condition_variable work_cv_;
+  std::deque<Job*> pending_;
+  std::vector<Job*> slots_;  // by sequence id; null: free
+  size_t active_ = 0;
+  bool stopping_ = false;
+  std::atomic<bool> abort_{false};
+  std::vector<Job*> in_batch_;  // the decode thread's; read by abort_poll during a decode
+  std::atomic<uint64_t> steps_{0};
+  std::thread thread_;
+};
+
+}  // namespace reclaim

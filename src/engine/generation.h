@@ -1,0 +1,63 @@
+// What one request's generation does with each token, whoever decodes it:
+// generate() on a session's own context, or a Batcher that decodes many
+// requests' tokens in one batch. Both go through this, so a request ends for
+// the same reasons and streams the same text either way.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <llama.h>
+
+#include "core/scope.h"
+#include "engine/generate.h"
+#include "engine/owners.h"
+#include "engine/text_stream.h"
+
+namespace reclaim {
+
+// The request's prompt as tokens: the given ones or the text tokenized, each
+// checked against the vocabulary, the whole against a context of `n_ctx`
+// positions (ContextOverflow). Throws Error on an empty prompt.
+std::vector<llama_token> prompt_tokens(const llama_vocab* vocab, const GenerateRequest& request, int32_t n_ctx);
+
+class Generation {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // The sampler chain, when the request needs one, goes into `scope` and has
+  // seen the prompt (for repeat penalties). `result` is filled as it runs.
+  Generation(Scope& scope, const llama_vocab* vocab, const GenerateRequest& request,
+             const std::vector<llama_token>& prompt, GenerateResult& result);
+  ~Generation();
+  Generation(const Generation&) = delete;
+  Generation& operator=(const Generation&) = delete;
+
+  // The next token from the logits of batch row `row` (-1: the last).
+  llama_token sample(llama_context* ctx, int32_t row);
+  // Takes a sampled token, which would be decoded at position `pos` of a
+  // context of `n_ctx`. Appends the text now safe to emit to `text`; returns
+  // true when the request has ended (result.finish says why).
+  bool accept(llama_token token, int32_t pos, int32_t n_ctx, std::string& text);
+  // The end: what the stream still held, and the final timings.
+  std::string finish();
+
+  void prompt_done() { prompt_done_ = Clock::now(); result_.timings.prompt_ms = ms(start_, prompt_done_); }
+  Clock::time_point start() const { return start_; }
+  static double ms(Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double, std::milli>(b - a).count();
+  }
+
+ private:
+  const llama_vocab* vocab_;
+  int32_t n_vocab_;
+  int32_t max_tokens_;
+  GenerateResult& result_;
+  Owned<llama_sampler> sampler_;  // null: plain greedy, an argmax
+  TextStream stream_;
+  Clock::time_point start_ = Clock::now(), prompt_done_ = start_;
+};
+
+}  // namespace reclaim

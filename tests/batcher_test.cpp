@@ -1,0 +1,251 @@
+#include "engine/batcher.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <future>
+#include <thread>
+
+#include "core/ledger.h"
+#include "engine/model.h"
+#include "small_models.h"
+
+using namespace reclaim;
+using reclaim::testing::small_model;
+
+namespace {
+
+ModelLoad load() {
+  ModelLoad l;
+  l.path = small_model("spm");
+  return l;
+}
+
+SessionOptions session(int n_ctx = 128) {
+  SessionOptions o;
+  o.n_ctx = n_ctx;
+  o.n_batch = 64;
+  return o;
+}
+
+BatcherOptions batching(int n_seq, int n_ctx = 128) { return {n_seq, session(n_ctx)}; }
+
+GenerateRequest request(const std::string& prompt, int max_tokens = 24) {
+  GenerateRequest r;
+  r.prompt = prompt;
+  r.max_tokens = max_tokens;
+  r.sampling.temperature = 0;
+  return r;
+}
+
+const std::vector<std::string> kPrompts = {
+    "The first request asks about rivers",
+    "A second, somewhat longer request that asks about mountains and valleys and the weather there",
+    "Third",
+    "The fourth request is about the sea",
+};
+
+// What each prompt gives alone, on a session's own context.
+std::vector<GenerateResult> alone(Model& model, const std::vector<GenerateRequest>& reqs) {
+  std::vector<GenerateResult> out;
+  for (const GenerateRequest& r : reqs) {
+    Session s(model, session());
+    out.push_back(generate(s, r));
+  }
+  return out;
+}
+
+size_t request_entries() {
+  size_t n = 0;
+  for (const LedgerEntry& e : Ledger::process().entries()) n += e.owner.find("/request:") != std::string::npos;
+  return n;
+}
+
+bool sequence_empty(Batcher& b, int32_t seq) {
+  return llama_memory_seq_pos_max(llama_get_memory(b.context()), seq) == -1;
+}
+
+}  // namespace
+
+TEST(Batcher, ConcurrentRequestsGetTheTokensEachGetsAloneInFewerDecodes) {
+  Model model(load());
+  std::vector<GenerateRequest> reqs;
+  for (const std::string& p : kPrompts) reqs.push_back(request(p));
+  const std::vector<GenerateResult> want = alone(model, reqs);
+
+  Batcher& b = model.start_batcher(batching(4));
+  std::vector<std::future<GenerateResult>> got;
+  std::vector<std::string> streamed(reqs.size());
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    got.push_back(std::async(std::launch::async, [&, i] {
+      GenerateHooks h;
+      h.on_text = [&, i](std::string_view t) { streamed[i] += t; };
+      return b.generate(reqs[i], h);
+    }));
+  }
+  size_t generated = 0;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    const GenerateResult r = got[i].get();
+    EXPECT_EQ(r.tokens, want[i].tokens) << "request " << i;
+    EXPECT_EQ(r.text, want[i].text) << "request " << i;
+    EXPECT_EQ(streamed[i], r.text) << "request " << i;
+    EXPECT_EQ(r.finish, want[i].finish) << "request " << i;
+    EXPECT_EQ(r.timings.prompt_tokens, want[i].timings.prompt_tokens);
+    generated += r.tokens.size();
+  }
+  // Alone, each token is a decode of its own; together they share steps.
+  EXPECT_LT(b.steps(), generated) << "the requests did not decode together";
+  EXPECT_EQ(b.active(), 0u);
+  for (int32_t s = 0; s < b.n_seq(); ++s) EXPECT_TRUE(sequence_empty(b, s)) << "sequence " << s;
+  EXPECT_EQ(request_entries(), 0u);
+}
+
+TEST(Batcher, SampledRequestsWithASeedMatchTheirSessionRuns) {
+  Model model(load());
+  std::vector<GenerateRequest> reqs;
+  for (size_t i = 0; i < 3; ++i) {
+    GenerateRequest r = request(kPrompts[i], 16);
+    r.sampling.temperature = 0.9f;
+    r.sampling.seed = 1234 + static_cast<uint32_t>(i);
+    r.sampling.repeat_penalty = 1.1f;
+    reqs.push_back(r);
+  }
+  const std::vector<GenerateResult> want = alone(model, reqs);
+  Batcher& b = model.start_batcher(batching(3));
+  std::vector<std::future<GenerateResult>> got;
+  for (const GenerateRequest& r : reqs) got.push_back(std::async(std::launch::async, [&b, &r] { return b.generate(r); }));
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    const GenerateResult r = got[i].get();
+    EXPECT_EQ(r.tokens, want[i].tokens) << "request " << i;
+    EXPECT_EQ(r.seed, want[i].seed);
+  }
+  EXPECT_EQ(request_entries(), 0u);
+}
+
+TEST(Batcher, MoreRequestsThanSequencesWaitTheirTurn) {
+  Model model(load());
+  std::vector<GenerateRequest> reqs;
+  for (int i = 0; i < 6; ++i) reqs.push_back(request(kPrompts[i % kPrompts.size()] + " " + std::to_string(i), 12));
+  const std::vector<GenerateResult> want = alone(model, reqs);
+  Batcher& b = model.start_batcher(batching(2));
+  std::atomic<size_t> most{0};
+  std::vector<std::future<GenerateResult>> got;
+  for (const GenerateRequest& r : reqs) {
+    got.push_back(std::async(std::launch::async, [&] {
+      GenerateHooks h;
+      h.on_text = [&](std::string_view) {
+        size_t n = b.active(), m = most.load();
+        while (n > m && !most.compare_exchange_weak(m, n)) {
+        }
+      };
+      return b.generate(r, h);
+    }));
+  }
+  for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(got[i].get().tokens, want[i].tokens) << "request " << i;
+  EXPECT_LE(most.load(), 2u);
+  EXPECT_GE(most.load(), 1u);
+  EXPECT_EQ(b.active(), 0u);
+}
+
+TEST(Batcher, ACancelledRequestEndsAndTheOthersRunOn) {
+  Model model(load());
+  std::vector<GenerateRequest> reqs = {request(kPrompts[0], 40), request(kPrompts[1], 40)};
+  const std::vector<GenerateResult> want = alone(model, reqs);
+  Batcher& b = model.start_batcher(batching(2));
+  CancelToken cancel;
+  auto cancelled = std::async(std::launch::async, [&] {
+    GenerateHooks h;
+    int pieces = 0;
+    h.on_text = [&](std::string_view) {
+      if (++pieces == 3) cancel.cancel(CancelReason::client_gone);
+    };
+    return b.generate(reqs[0], h, &cancel);
+  });
+  auto other = std::async(std::launch::async, [&] { return b.generate(reqs[1]); });
+  const GenerateResult c = cancelled.get();
+  EXPECT_EQ(c.finish, FinishReason::cancelled);
+  EXPECT_EQ(c.cancel_reason, CancelReason::client_gone);
+  EXPECT_LT(c.tokens.size(), want[0].tokens.size());
+  // What it did generate is what it would have.
+  ASSERT_LE(c.tokens.size(), want[0].tokens.size());
+  EXPECT_TRUE(std::equal(c.tokens.begin(), c.tokens.end(), want[0].tokens.begin()));
+  const GenerateResult o = other.get();
+  EXPECT_EQ(o.tokens, want[1].tokens);
+  EXPECT_EQ(o.finish, want[1].finish);
+  EXPECT_EQ(b.active(), 0u);
+  for (int32_t s = 0; s < b.n_seq(); ++s) EXPECT_TRUE(sequence_empty(b, s)) << "sequence " << s;
+  EXPECT_EQ(request_entries(), 0u);
+}
+
+TEST(Batcher, ACallerThatThrowsFromItsTextHookLeavesNothingBehind) {
+  Model model(load());
+  Batcher& b = model.start_batcher(batching(2));
+  GenerateHooks h;
+  h.on_text = [](std::string_view) { throw std::runtime_error("client went away"); };
+  GenerateRequest r = request(kPrompts[0], 40);
+  r.sampling.temperature = 0.8f;  // a sampler chain in the request's scope
+  r.sampling.seed = 7;
+  EXPECT_THROW(b.generate(r, h), std::runtime_error);
+  EXPECT_EQ(b.active(), 0u);
+  EXPECT_EQ(request_entries(), 0u);
+  for (int32_t s = 0; s < b.n_seq(); ++s) EXPECT_TRUE(sequence_empty(b, s)) << "sequence " << s;
+  // The sequence it had is free and clean for the next request.
+  Model fresh(load());
+  Session s(fresh, session());
+  EXPECT_EQ(b.generate(request(kPrompts[2])).tokens, generate(s, request(kPrompts[2])).tokens);
+}
+
+TEST(Batcher, EachSequenceHasTheContextAskedFor) {
+  Model model(load());
+  Batcher& b = model.start_batcher(batching(3, 256));  // llama.cpp rounds each up to 256
+  EXPECT_EQ(b.n_ctx_seq(), 256);
+  EXPECT_EQ(llama_n_ctx(b.context()), 3u * 256u);
+  GenerateRequest r = request(kPrompts[1]);
+  r.max_tokens = -1;  // until the sequence's context is full
+  const GenerateResult full = b.generate(r);
+  EXPECT_EQ(full.finish, FinishReason::context);
+  // The last token is sampled from the last position's logits and never decoded.
+  EXPECT_EQ(full.timings.prompt_tokens + static_cast<int32_t>(full.tokens.size()), 256 + 1);
+  std::string words;
+  for (int i = 0; i < 300; ++i) words += " word";
+  EXPECT_THROW(b.generate(request(words, 4)), ContextOverflow);
+  EXPECT_EQ(request_entries(), 0u);
+  EXPECT_EQ(b.active(), 0u);
+}
+
+TEST(Batcher, StoppingCancelsWhatRunsAndRefusesWhatComes) {
+  Model model(load());
+  Batcher& b = model.start_batcher(batching(1));
+  std::promise<void> started;
+  std::atomic<bool> once{false};
+  auto running = std::async(std::launch::async, [&] {
+    GenerateHooks h;
+    h.on_text = [&](std::string_view) {
+      if (!once.exchange(true)) started.set_value();
+    };
+    GenerateRequest r = request(kPrompts[0], -1);
+    return b.generate(r, h);
+  });
+  started.get_future().wait();
+  b.stop();
+  const GenerateResult r = running.get();
+  EXPECT_EQ(r.finish, FinishReason::cancelled);
+  EXPECT_THROW(b.generate(request(kPrompts[1])), Error);
+  EXPECT_EQ(request_entries(), 0u);
+}
+
+TEST(Batcher, UnloadingTheModelTakesTheBatchContextAndThreadWithIt) {
+  const uint64_t before = Ledger::process().totals().count;
+  auto model = std::make_unique<Model>(load());
+  const uint64_t with_model = Ledger::process().totals().count;
+  Batcher& b = model->start_batcher(batching(2));
+  EXPECT_EQ(b.generate(request(kPrompts[0], 4)).tokens.size(), 4u);
+  const std::string owner = model->scope().path() + "/batch";
+  size_t kinds = 0;
+  for (const LedgerEntry& e : Ledger::process().entries()) kinds += e.owner == owner;
+  EXPECT_EQ(kinds, 3u);  // context, batch, decode thread
+  EXPECT_EQ(Ledger::process().totals().count, with_model + 3);
+  model->unload();
+  EXPECT_EQ(Ledger::process().totals().count, before);
+  model.reset();
+}

@@ -136,6 +136,30 @@ void expect_error(const httplib::Result& r, int status, const std::string& says)
   EXPECT_NE(j["error"]["message"].get<std::string>().find(says), std::string::npos) << r->body;
 }
 
+// Posts a streamed request on a raw socket, reads up to its first SSE chunk
+// and closes the connection, as a client that goes away does.
+void leave_after_first_chunk(int port, const json& request) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  const std::string body = request.dump();
+  const std::string req = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
+                          std::to_string(body.size()) + "\r\n\r\n" + body;
+  ASSERT_EQ(::send(fd, req.data(), req.size(), 0), static_cast<ssize_t>(req.size()));
+  std::string got;
+  char buf[4096];
+  while (got.find("data: ") == std::string::npos) {
+    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    ASSERT_GT(n, 0) << got;
+    got.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+}
+
 }  // namespace
 
 TEST(Serve, ChatStreamedAndNotAndCompletionsThenNothingIsLeft) {
@@ -240,26 +264,64 @@ TEST(Serve, AnApiKeyGuardsEverythingButHealth) {
 
 TEST(Serve, AClientThatVanishesMidStreamEndsItsRequest) {
   Served s({"--keep-alive", "-1"});
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(s.port()));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  const std::string body = chat(240, true).dump();
-  const std::string req = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
-                          std::to_string(body.size()) + "\r\n\r\n" + body;
-  ASSERT_EQ(::send(fd, req.data(), req.size(), 0), static_cast<ssize_t>(req.size()));
-  std::string got;
-  char buf[4096];
-  while (got.find("data: ") == std::string::npos) {
-    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-    ASSERT_GT(n, 0);
-    got.append(buf, static_cast<size_t>(n));
-  }
-  ::close(fd);
+  leave_after_first_chunk(s.port(), chat(240, true));
   EXPECT_TRUE(s.until([&] { return s.model("bpe")["in_flight"] == 0; })) << s.model("bpe").dump();
-  // The model stays loaded (keep-alive -1); its pooled context is all that is held.
+  // The model stays loaded (keep-alive -1); its batch context is all that is held.
+  json r = s.get("/v1/resources");
+  for (const auto& [owner, t] : r["ledger"]["by_owner"].items()) {
+    EXPECT_EQ(owner.find("request:"), std::string::npos) << owner << " outlived its request";
+  }
+  s.expect_clean();
+}
+
+TEST(Serve, ConcurrentStreamsDecodeTogetherAndEachGetsItsOwnText) {
+  Served s({"--parallel", "4", "--keep-alive", "-1"});
+  auto ask = [&](int i, bool stream) {
+    json req = chat(48, stream);
+    req["messages"][0]["content"] = "question number " + std::to_string(i) + (i % 2 ? " about rivers" : "");
+    return req;
+  };
+  std::vector<std::string> alone;
+  for (int i = 0; i < 4; ++i) {
+    auto r = s.post("/v1/chat/completions", ask(i, false));
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    alone.push_back(json::parse(r->body)["choices"][0]["message"]["content"]);
+  }
+  auto steps = [&] { return s.model("bpe")["batch"]["decode_steps"].get<uint64_t>(); };
+  const uint64_t steps_alone = steps();
+  EXPECT_EQ(s.model("bpe")["batch"]["sequences"], 4);
+  // Four streams at once, and a fifth client that leaves after its first chunk.
+  auto stream = [&](int i) {
+    return std::async(std::launch::async, [&, i] {
+      httplib::Client c("127.0.0.1", s.port());
+      c.set_read_timeout(120, 0);
+      auto r = c.Post("/v1/chat/completions", ask(i, true).dump(), "application/json");
+      std::string text;
+      if (!r || r->status != 200) return std::string("status ") + (r ? std::to_string(r->status) : "none");
+      std::istringstream lines(r->body);
+      for (std::string line; std::getline(lines, line);) {
+        if (line.rfind("data: {", 0) != 0) continue;
+        const json chunk = json::parse(line.substr(6));
+        const json& delta = chunk["choices"][0]["delta"];
+        if (delta.contains("content")) text += delta["content"].get<std::string>();
+      }
+      return text;
+    });
+  };
+  auto leaver = std::async(std::launch::async, [&] {
+    json req = ask(9, true);
+    req["max_tokens"] = 200;
+    leave_after_first_chunk(s.port(), req);
+  });
+  std::vector<std::future<std::string>> got;
+  for (int i = 0; i < 4; ++i) got.push_back(stream(i));
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(got[static_cast<size_t>(i)].get(), alone[static_cast<size_t>(i)]) << "stream " << i;
+  leaver.get();
+  EXPECT_TRUE(s.until([&] { return s.model("bpe")["in_flight"] == 0; })) << s.model("bpe").dump();
+  // Together the same four took fewer decodes than one after another.
+  EXPECT_LT(steps() - steps_alone, steps_alone) << s.model("bpe").dump();
+  EXPECT_EQ(s.model("bpe")["batch"]["active"], 0);
   json r = s.get("/v1/resources");
   for (const auto& [owner, t] : r["ledger"]["by_owner"].items()) {
     EXPECT_EQ(owner.find("request:"), std::string::npos) << owner << " outlived its request";
@@ -344,7 +406,7 @@ TEST(Serve, MetricsAndPsShowTheModelsAndTheRequests) {
   EXPECT_EQ(ps.status, 0) << ps.out;
   EXPECT_NE(ps.out.find("bpe"), std::string::npos) << ps.out;
   EXPECT_NE(ps.out.find("loaded"), std::string::npos) << ps.out;
-  EXPECT_NE(ps.out.find("model:bpe/pool"), std::string::npos) << ps.out;
+  EXPECT_NE(ps.out.find("model:bpe/batch"), std::string::npos) << ps.out;
   s.expect_clean();
   ps = run("ps --url http://127.0.0.1:1");
   EXPECT_EQ(ps.status, 2);

@@ -103,7 +103,7 @@ int serve(const Args& a) {
   opts.autoload = !a.no_autoload;
   opts.load_mode = load_mode_from_name(a.load_mode);
   opts.n_threads = a.threads;
-  opts.pooled_contexts = a.parallel;
+  opts.parallel = a.parallel;
   opts.max_running = a.parallel;
   opts.max_queue = a.max_queue;
   opts.log = true;
@@ -187,7 +187,7 @@ Command add_serve(CLI::App& app) {
   sub->add_option("--ctx", a->ctx, "context size of each request")->capture_default_str()->check(CLI::Range(16, 1 << 24));
   sub->add_option("--batch", a->batch, "prompt tokens per decode step")->capture_default_str()->check(CLI::Range(1, 1 << 20));
   sub->add_option("--threads", a->threads, "decode threads a model (0: all cores)")->capture_default_str();
-  sub->add_option("--parallel", a->parallel, "requests a model runs at once, each in a context it keeps")->capture_default_str()
+  sub->add_option("--parallel", a->parallel, "requests a model decodes together, each in a sequence of --ctx tokens of one context")->capture_default_str()
       ->check(CLI::Range(1, 256));
   sub->add_option("--max-queue", a->max_queue, "requests that may wait for a model beyond --parallel (more: 429)")
       ->capture_default_str()->check(CLI::Range(0, 100000));

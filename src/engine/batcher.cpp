@@ -295,6 +295,7 @@ bool Batcher::step() {
     rc = llama_decode(ctx_.get(), b);
   }
   steps_.fetch_add(1);
+  tokens_.fetch_add(static_cast<uint64_t>(b.n_tokens));
   std::vector<Job*> stepped;
   stepped.swap(in_batch_);
   if (rc == 2) return true;  // aborted: every request in it is stopping; the next turn retires them

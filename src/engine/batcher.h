@@ -66,7 +66,8 @@ class Batcher {
   int32_t n_ctx_seq() const { return n_ctx_seq_; }
   int32_t n_batch() const { return n_batch_; }
   size_t active() const;     // sequences in use
-  uint64_t steps() const { return steps_.load(); }  // decodes so far
+  uint64_t steps() const { return steps_.load(); }    // decodes so far
+  uint64_t tokens() const { return tokens_.load(); }  // tokens in them
   Scope& scope() { return scope_; }
   // For looking at its KV cells; decoding on it is the decode thread's alone.
   llama_context* context() { return ctx_.get(); }
@@ -94,7 +95,7 @@ class Batcher {
   bool stopping_ = false;
   std::atomic<bool> abort_{false};
   std::vector<Job*> in_batch_;  // the decode thread's; read by abort_poll during a decode
-  std::atomic<uint64_t> steps_{0};
+  std::atomic<uint64_t> steps_{0}, tokens_{0};
   std::thread thread_;
 };
 

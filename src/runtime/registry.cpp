@@ -7,6 +7,7 @@
 
 #include "core/ledger.h"
 #include "core/size.h"
+#include "engine/batcher.h"
 #include "engine/model_info.h"
 
 namespace reclaim {
@@ -185,17 +186,20 @@ void Registry::load_locked(std::unique_lock<std::mutex>& lock, Entry& e) {
     std::lock_guard lock(mu_);  // the flag is read under the registry's lock
     return !stopping_;
   };
-  const llama_context_params cp =
-      session_context_params(options_.session, 0, options_.n_threads > 0 ? options_.n_threads : default_threads());
+  const int32_t threads = options_.n_threads > 0 ? options_.n_threads : default_threads();
+  const BatcherOptions batching{options_.parallel, options_.session};
+  const llama_context_params cp = options_.parallel > 0 ? batch_context_params(batching, 0, threads)
+                                                        : session_context_params(options_.session, 0, threads);
+  // The contexts that may be alive at once: the batch's one, or one a pooled slot, at least one.
+  const int64_t n_contexts = options_.parallel > 0 ? 1 : std::max(1, options_.pooled_contexts);
 
   lock.unlock();
   int64_t estimate = 0, model_estimate = 0;
   try {
     MemoryEstimate m = estimate_memory(load, cp);
     model_estimate = m.model_host + m.model_device;
-    // The model plus the contexts that may be alive at once: one a pooled slot, at least one.
     estimate = m.model_host + m.model_device + m.model_overhead +
-               std::max(1, options_.pooled_contexts) * (m.per_context_host() + m.context_device + m.compute_device);
+               n_contexts * (m.per_context_host() + m.context_device + m.compute_device);
   } catch (const std::exception& ex) {
     lock.lock();
     fail(ex.what());
@@ -215,6 +219,7 @@ void Registry::load_locked(std::unique_lock<std::mutex>& lock, Entry& e) {
   std::unique_ptr<Model> model;
   try {
     model = std::make_unique<Model>(load, &scope_);
+    if (options_.parallel > 0) model->start_batcher(batching);
   } catch (const std::exception& ex) {
     lock.lock();
     fail(ex.what());
@@ -402,6 +407,14 @@ ModelStatus Registry::status_locked(const Entry& e) const {
   s.last_unload_ms = e.last_unload_ms;
   s.last_use = e.last_use;
   s.last_error = e.last_error;
+  if (e.state == ModelState::loaded && e.model) {
+    if (Batcher* b = e.model->batcher()) {
+      s.sequences = b->n_seq();
+      s.sequences_active = static_cast<int>(b->active());
+      s.decode_steps = b->steps();
+      s.decoded_tokens = b->tokens();
+    }
+  }
   return s;
 }
 

@@ -50,6 +50,10 @@ struct RegistryOptions {
   int32_t n_gpu_layers = -1;
   int32_t n_threads = 0;
   int32_t pooled_contexts = 0;
+  // > 0: a model's requests decode together in one context of this many
+  // sequences, each of session.n_ctx (engine/batcher.h); 0: each request gets
+  // a session of its own.
+  int32_t parallel = 0;
   // Requests a model runs at once (0: no limit); the next ones wait, up to
   // max_queue of them a model, and beyond that are refused (QueueFull).
   int max_running = 0;
@@ -93,6 +97,12 @@ struct ModelStatus {
   double last_load_ms = 0, last_unload_ms = 0;
   std::chrono::system_clock::time_point last_use{};
   std::string last_error;
+  // With --parallel, while loaded: the batch's sequences, those in use, and
+  // its decodes and their tokens since the load (tokens / steps is how many
+  // requests a decode served, on average).
+  int sequences = 0;
+  int sequences_active = 0;
+  uint64_t decode_steps = 0, decoded_tokens = 0;
 };
 
 class Lease;

@@ -77,6 +77,12 @@ std::string metrics_text(const Registry& registry, const Usage& baseline, const 
   for (const ModelStatus& m : models) w.sample("reclaim_model_estimate_bytes", label("model", m.name), m.estimate);
   w.family("reclaim_model_in_flight", "gauge", "Requests holding the model.");
   for (const ModelStatus& m : models) w.sample("reclaim_model_in_flight", label("model", m.name), m.in_flight);
+  w.family("reclaim_model_sequences_active", "gauge", "The model's batch sequences in use (--parallel).");
+  for (const ModelStatus& m : models) w.sample("reclaim_model_sequences_active", label("model", m.name), m.sequences_active);
+  w.family("reclaim_model_decode_steps_total", "counter", "Decodes of the model's batch since its load.");
+  for (const ModelStatus& m : models) w.sample("reclaim_model_decode_steps_total", label("model", m.name), m.decode_steps);
+  w.family("reclaim_model_decoded_tokens_total", "counter", "Tokens in those decodes (prompts and generated).");
+  for (const ModelStatus& m : models) w.sample("reclaim_model_decoded_tokens_total", label("model", m.name), m.decoded_tokens);
   w.family("reclaim_model_loads_total", "counter", "Loads of the model.");
   for (const ModelStatus& m : models) w.sample("reclaim_model_loads_total", label("model", m.name), m.loads);
   w.family("reclaim_model_unloads_total", "counter", "Unloads of the model.");

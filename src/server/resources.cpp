@@ -25,6 +25,10 @@ json model_json(const ModelStatus& s) {
             {"last_use", s.loads ? json(last_use) : json(nullptr)}};
   if (s.state == ModelState::loading) j["load_progress"] = s.load_progress;
   if (!s.last_error.empty()) j["last_error"] = s.last_error;
+  if (s.sequences > 0) {
+    j["batch"] = {{"sequences", s.sequences}, {"active", s.sequences_active}, {"decode_steps", s.decode_steps},
+                  {"decoded_tokens", s.decoded_tokens}};
+  }
   return j;
 }
 

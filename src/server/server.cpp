@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <mutex>
 
+#include "engine/batcher.h"
 #include "engine/chat.h"
 #include "engine/generate.h"
 #include "server/openai.h"
@@ -83,6 +84,14 @@ void prepare_prompt(Running& run) {
   if (g.prompt_tokens.empty()) bad_request("the prompt is empty (no tokens)");
   const int32_t n_ctx = run.session.n_ctx > 0 ? run.session.n_ctx : run.lease.model().info().n_ctx_train;
   check_context_fits(static_cast<int32_t>(g.prompt_tokens.size()), g.max_tokens, n_ctx);
+}
+
+// On the model's batch when it batches, else on a session of its own.
+GenerateResult run_generation(Running& run, const GenerateHooks& hooks, const CancelToken& cancel) {
+  Model& model = run.lease.model();
+  if (Batcher* batcher = model.batcher()) return batcher->generate(run.req.generate, hooks, &cancel);
+  Session session(model, run.session, &cancel);
+  return generate(session, run.req.generate, hooks);
 }
 
 }  // namespace
@@ -257,11 +266,7 @@ bool Server::complete(const httplib::Request& http_req, httplib::Response& res, 
   if (!run->req.stream) {
     CancelToken cancel;
     cancel.link(&run->lease.cancel_token());
-    GenerateResult r;
-    {
-      Session session(run->lease.model(), run->session, &cancel);
-      r = generate(session, g);
-    }
+    const GenerateResult r = run_generation(*run, {}, cancel);
     stats_.prompt_tokens += static_cast<uint64_t>(r.timings.prompt_tokens);
     stats_.completion_tokens += static_cast<uint64_t>(r.timings.generated_tokens);
     if (r.finish == FinishReason::cancelled) {
@@ -294,8 +299,7 @@ bool Server::complete(const httplib::Request& http_req, httplib::Response& res, 
         };
         GenerateResult r;
         try {
-          Session session(run->lease.model(), run->session, &cancel);
-          r = generate(session, run->req.generate, hooks);
+          r = run_generation(*run, hooks, cancel);
         } catch (const std::exception& ex) {
           ++stats->error;
           write(sse(error_json(to_api_error(ex))));

@@ -7,7 +7,9 @@
 #include <thread>
 
 #include "core/ledger.h"
+#include "engine/batcher.h"
 #include "engine/generate.h"
+#include "engine/test_model.h"
 #include "small_models.h"
 
 using namespace reclaim;
@@ -245,4 +247,52 @@ TEST(Registry, BeyondMaxRunningRequestsWaitAndBeyondTheQueueAreRefused) {
   EXPECT_TRUE(second);
   EXPECT_EQ(reg.status("a").queued, 0);
   EXPECT_EQ(reg.status("a").in_flight, 1);
+}
+
+TEST(Registry, AReloadReusesTheEstimateUnlessTheFileChanged) {
+  const std::string path = ::testing::TempDir() + "/small-estimate.gguf";
+  std::filesystem::copy_file(small_model("spm"), path, std::filesystem::copy_options::overwrite_existing);
+  Registry reg(options(), {{"m", path}});
+  reg.load("m");
+  const int64_t first = reg.status("m").estimate;
+  ASSERT_GT(first, 0);
+  reg.unload("m", UnloadMode::cancel, 0ms);
+  reg.load("m");
+  EXPECT_EQ(reg.status("m").estimate, first);
+  reg.unload("m", UnloadMode::cancel, 0ms);
+  // A bigger model written under the same name is estimated again.
+  TestModelSpec bigger;
+  bigger.vocab = "spm";
+  bigger.n_embd = 128;
+  bigger.n_layer = 4;
+  bigger.n_ctx_train = 2048;
+  make_test_model(bigger, path);
+  reg.load("m");
+  EXPECT_GT(reg.status("m").estimate, first);
+  reg.unload("m", UnloadMode::cancel, 0ms);
+}
+
+TEST(Registry, WithParallelAModelDecodesItsRequestsOnOneBatch) {
+  const uint64_t before = live();
+  {
+    RegistryOptions o = options();
+    o.parallel = 3;
+    Registry reg(o, models());
+    Lease lease = reg.acquire("a");
+    ASSERT_NE(lease.model().batcher(), nullptr);
+    EXPECT_EQ(lease.model().batcher()->n_seq(), 3);
+    EXPECT_EQ(reg.status("a").sequences, 3);
+    GenerateRequest r;
+    r.prompt = "The registry keeps";
+    r.max_tokens = 6;
+    r.sampling.temperature = 0;
+    EXPECT_EQ(lease.model().batcher()->generate(r).tokens.size(), 6u);
+    EXPECT_GT(reg.status("a").decode_steps, 0u);
+    // The estimate counts the one batch context of 3 sequences: more than a
+    // registry whose requests each get one context of the same size.
+    Registry single(options(), {{"a", small_model("spm")}});
+    single.load("a");
+    EXPECT_GT(reg.status("a").estimate, single.status("a").estimate);
+  }
+  EXPECT_EQ(live(), before);
 }

@@ -1,0 +1,459 @@
+// bench/swap: reclaim serve against llama.cpp's llama-server (router mode,
+// --models-max 1, built from the same pinned source) on the same two models,
+// the same threads and the same context a stream. Both servers run at once
+// (the idle one takes no CPU); rounds alternate which is measured first, and
+// each round prints its ratios and the last line their medians.
+//
+//   scripts/bench-swap [-a MODEL] [-b MODEL] [--ctx 1024] [-n 64] [--streams 4] [--rounds 3]
+//
+// What is timed, on each side, over HTTP with a client of its own:
+//   swap: from "unload A" (POST, then polling the model list until A reads
+//         unloaded, since llama-server's unload is asynchronous) to the first
+//         streamed token of B, B loading on demand. Swaps go A→B, B→A, …
+//   streams: aggregate completion tokens a second of N concurrent streamed
+//         /v1/completions of n tokens each (greedy, distinct prompts), from
+//         the first request sent to the last stream's end.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <future>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/size.h"
+#include "engine/test_model.h"
+
+extern char** environ;
+
+using namespace reclaim;
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+struct Options {
+  std::string a, b, reclaim = RECLAIM_BIN, llama_server = RECLAIM_LLAMA_SERVER;
+  int ctx = 1024, n = 64, streams = 4, rounds = 3, swaps = 4, threads = 0;
+};
+
+double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
+int free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    throw Error(std::string("no free port: ") + std::strerror(errno));
+  }
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// One HTTP/1.1 request on its own connection ("Connection: close"); the body
+// is handed to `on_body` piece by piece as it arrives, de-chunked, so that a
+// stream's first token is seen when it is sent. Returns the status.
+int http(int port, const std::string& method, const std::string& path, const std::string& body,
+         const std::function<void(const std::string&)>& on_body) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    if (fd >= 0) ::close(fd);
+    return 0;
+  }
+  const std::string req = method + " " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n" +
+                          "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
+                          "\r\n\r\n" + body;
+  for (size_t off = 0; off < req.size();) {
+    ssize_t n = ::send(fd, req.data() + off, req.size() - off, MSG_NOSIGNAL);
+    if (n <= 0) {
+      ::close(fd);
+      return 0;
+    }
+    off += static_cast<size_t>(n);
+  }
+  std::string in, head;
+  int status = 0;
+  bool chunked = false, headers_done = false;
+  size_t chunk_left = 0;  // bytes of the current chunk still to come
+  bool in_chunk = false, last_chunk = false;
+  char buf[16384];
+  for (;;) {
+    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    in.append(buf, static_cast<size_t>(n));
+    if (!headers_done) {
+      const size_t end = in.find("\r\n\r\n");
+      if (end == std::string::npos) continue;
+      head = in.substr(0, end);
+      in.erase(0, end + 4);
+      headers_done = true;
+      if (head.size() > 12) status = std::atoi(head.c_str() + 9);
+      std::string lower = head;
+      std::transform(lower.begin(), lower.end(), lower.begin(), ::tolower);
+      chunked = lower.find("transfer-encoding: chunked") != std::string::npos;
+    }
+    if (last_chunk) continue;  // the trailer
+    if (!chunked) {
+      on_body(in);
+      in.clear();
+      continue;
+    }
+    for (;;) {
+      if (in_chunk) {
+        const size_t take = std::min(chunk_left, in.size());
+        if (take > 0) on_body(in.substr(0, take));
+        in.erase(0, take);
+        chunk_left -= take;
+        if (chunk_left > 0) break;
+        if (in.size() < 2) break;
+        in.erase(0, 2);  // CRLF after the chunk
+        in_chunk = false;
+      }
+      const size_t eol = in.find("\r\n");
+      if (eol == std::string::npos) break;
+      chunk_left = std::stoul(in.substr(0, eol), nullptr, 16);
+      in.erase(0, eol + 2);
+      if (chunk_left == 0) {
+        last_chunk = true;
+        break;
+      }
+      in_chunk = true;
+    }
+  }
+  ::close(fd);
+  return status;
+}
+
+json http_json(int port, const std::string& method, const std::string& path, const json& body = nullptr) {
+  std::string got;
+  const int status = http(port, method, path, body.is_null() ? "" : body.dump(), [&](const std::string& s) { got += s; });
+  if (status != 200) throw Error(method + " " + path + " -> " + std::to_string(status) + ": " + got.substr(0, 300));
+  return json::parse(got);
+}
+
+struct StreamResult {
+  double first_ms = -1;  // first token's text
+  double total_ms = 0;
+  int64_t tokens = 0;    // completion tokens, from the usage chunk
+};
+
+// A streamed /v1/completions; reads SSE events as they come.
+StreamResult stream_completion(int port, const std::string& model, const std::string& prompt, int n) {
+  const json req = {{"model", model},         {"prompt", prompt}, {"max_tokens", n}, {"temperature", 0},
+                    {"stream", true},         {"stream_options", {{"include_usage", true}}}};
+  StreamResult r;
+  const Clock::time_point t0 = Clock::now();
+  std::string pending, all;
+  const int status = http(port, "POST", "/v1/completions", req.dump(), [&](const std::string& piece) {
+    pending += piece;
+    all += piece;
+    for (size_t end; (end = pending.find("\n\n")) != std::string::npos;) {
+      const std::string event = pending.substr(0, end);
+      pending.erase(0, end + 2);
+      if (event.rfind("data: {", 0) != 0) continue;
+      const json j = json::parse(event.substr(6), nullptr, false);
+      if (j.is_discarded()) continue;
+      if (j.contains("choices") && !j["choices"].empty() && r.first_ms < 0) {
+        const json& c = j["choices"][0];
+        if (c.contains("text") && c["text"].is_string() && !c["text"].get<std::string>().empty()) r.first_ms = ms_since(t0);
+      }
+      if (j.contains("usage") && j["usage"].is_object()) r.tokens = j["usage"].value("completion_tokens", int64_t{0});
+    }
+  });
+  r.total_ms = ms_since(t0);
+  if (status != 200) throw Error("streamed completion of '" + model + "' -> " + std::to_string(status) + ": " + all.substr(0, 300));
+  if (r.first_ms < 0) throw Error("the stream of '" + model + "' had no token: " + all.substr(0, 300));
+  return r;
+}
+
+// llama-server's output parser fails a request whose text is not valid UTF-8
+// (HTTP 500, llama.cpp issue #27543), and random-weight models emit broken
+// byte tokens now and then. Greedy output is fixed by the prompt, so each
+// prompt is chosen once, on reclaim, among variants of `base` as the first
+// whose n tokens are clean text; both servers then get the same prompts.
+class Prompts {
+ public:
+  explicit Prompts(int port) : port_(port) {}
+  const std::string& get(const std::string& model, const std::string& base, int n) {
+    const std::string key = model + "\n" + base + "\n" + std::to_string(n);
+    auto it = chosen_.find(key);
+    if (it != chosen_.end()) return it->second;
+    if (frozen_) throw Error("bench-swap: prompt '" + base + "' was not chosen before timing");
+    for (int k = 0; k < 64; ++k) {
+      const std::string prompt = k == 0 ? base : base + " (" + std::to_string(k) + ")";
+      const json r = http_json(port_, "POST", "/v1/completions",
+                               {{"model", model}, {"prompt", prompt}, {"max_tokens", n}, {"temperature", 0}});
+      const std::string text = r["choices"][0].value("text", "");
+      if (!text.empty() && text.find("\xEF\xBF\xBD") == std::string::npos) return chosen_[key] = prompt;
+    }
+    throw Error("no variant of the prompt '" + base + "' gives clean text on model '" + model + "'");
+  }
+  void freeze() { frozen_ = true; }
+
+ private:
+  bool frozen_ = false;
+  int port_;
+  std::map<std::string, std::string> chosen_;
+};
+
+// A server under test: a child process, its port, and how it names model states.
+struct Side {
+  std::string name;
+  std::vector<std::string> argv;
+  std::string log;
+  pid_t pid = 0;
+  int port = 0;
+  std::function<std::string(const json& model)> state;  // "loaded", "unloaded", …
+  std::string unload_path;
+
+  void start() {
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&fa, STDOUT_FILENO, STDERR_FILENO);
+    std::vector<std::string> store = argv;
+    std::vector<char*> args;
+    for (std::string& a : store) args.push_back(a.data());
+    args.push_back(nullptr);
+    const int rc = ::posix_spawn(&pid, args[0], &fa, nullptr, args.data(), environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc != 0) throw Error("cannot run " + argv[0] + ": " + std::strerror(rc));
+    const Clock::time_point t0 = Clock::now();
+    while (http(port, "GET", "/health", "", [](const std::string&) {}) != 200) {
+      int st = 0;
+      if (::waitpid(pid, &st, WNOHANG) == pid) {
+        pid = 0;
+        throw Error(name + " exited at start-up; its log: " + log);
+      }
+      if (ms_since(t0) > 60000) throw Error(name + " did not answer /health within 60 s; its log: " + log);
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  void stop() noexcept {
+    if (pid <= 0) return;
+    ::kill(pid, SIGTERM);
+    int st = 0;
+    while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    }
+    pid = 0;
+  }
+  std::string model_state(const std::string& id) {
+    const json list = http_json(port, "GET", "/v1/models");
+    for (const json& m : list["data"]) {
+      if (m.value("id", "") == id) return state(m);
+    }
+    throw Error(name + " does not list model '" + id + "': " + list.dump().substr(0, 400));
+  }
+  void wait_state(const std::string& id, const std::string& want) {
+    const Clock::time_point t0 = Clock::now();
+    while (model_state(id) != want) {
+      if (ms_since(t0) > 60000) throw Error(name + ": model '" + id + "' is not " + want + " after 60 s");
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  }
+};
+
+struct Figures {
+  double swap_ms = 0;  // median over the round's swaps
+  double tps = 0;
+};
+
+std::string stream_prompt(int i, int round) {
+  return "stream " + std::to_string(i) + " of round " + std::to_string(round) + ": tell a story";
+}
+
+Figures measure(Side& s, const Options& o, int round, Prompts& prompts) {
+  Figures f;
+  // Start from A loaded and used once, B unloaded.
+  stream_completion(s.port, "a", prompts.get("a", "warm up", 4), 4);
+  if (s.model_state("b") != "unloaded") {
+    http_json(s.port, "POST", s.unload_path, {{"model", "b"}});
+    s.wait_state("b", "unloaded");
+  }
+  std::vector<double> swaps;
+  std::string from = "a", to = "b";
+  for (int k = 0; k < o.swaps; ++k) {
+    const std::string& prompt = prompts.get(to, "swap " + std::to_string(k), 2);
+    const Clock::time_point t0 = Clock::now();
+    http_json(s.port, "POST", s.unload_path, {{"model", from}});
+    s.wait_state(from, "unloaded");
+    const StreamResult r = stream_completion(s.port, to, prompt, 2);
+    swaps.push_back(ms_since(t0) - (r.total_ms - r.first_ms));
+    std::swap(from, to);
+  }
+  f.swap_ms = median(swaps);
+
+  stream_completion(s.port, from, prompts.get(from, "warm up the batch", 4), 4);
+  std::vector<std::string> texts;
+  for (int i = 0; i < o.streams; ++i) {
+    texts.push_back(prompts.get(from, stream_prompt(i, round), o.n));
+  }
+  std::vector<std::future<StreamResult>> running;
+  const Clock::time_point t0 = Clock::now();
+  for (const std::string& prompt : texts) {
+    running.push_back(std::async(std::launch::async, [&, prompt] { return stream_completion(s.port, from, prompt, o.n); }));
+  }
+  int64_t tokens = 0;
+  for (auto& r : running) tokens += r.get().tokens;
+  const double wall = ms_since(t0);
+  if (tokens <= 0) throw Error(s.name + " reported no completion tokens (stream_options.include_usage)");
+  f.tps = static_cast<double>(tokens) * 1000.0 / wall;
+  return f;
+}
+
+std::string model_or_made(const std::string& given, const std::string& vocab) {
+  if (!given.empty()) return given;
+  if (vocab == "bpe") return default_test_model();
+  const std::string path = cache_dir() + "/models/test-" + vocab + "-300MiB-f16-s1.gguf";
+  if (::access(path.c_str(), R_OK) == 0) return path;
+  TestModelSpec spec;
+  spec.vocab = vocab;
+  spec.size = parse_size("300MiB");
+  std::fprintf(stderr, "bench-swap: making %s (once)\n", path.c_str());
+  make_test_model(spec, path);
+  return path;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app{"reclaim serve against llama-server: model swap time and concurrent stream throughput"};
+  app.add_option("-a", o.a, "model A (default: the cached 300 MiB bpe test model)");
+  app.add_option("-b", o.b, "model B (default: a 300 MiB spm test model, made once in the cache)");
+  app.add_option("--ctx", o.ctx, "context of each stream")->capture_default_str();
+  app.add_option("-n", o.n, "tokens each stream generates")->capture_default_str();
+  app.add_option("--streams", o.streams, "concurrent streams (and --parallel / -np)")->capture_default_str();
+  app.add_option("--rounds", o.rounds, "rounds, alternating which server goes first")->capture_default_str();
+  app.add_option("--swaps", o.swaps, "swaps a round")->capture_default_str();
+  app.add_option("-t,--threads", o.threads, "decode threads on both sides (0: all cores)")->capture_default_str();
+  app.add_option("--reclaim", o.reclaim, "the reclaim binary")->capture_default_str();
+  app.add_option("--llama-server", o.llama_server, "the llama-server binary (scripts/bench-swap builds it)")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  std::vector<Side*> sides;
+  Side reclaim, llama;
+  std::string dir;
+  try {
+    if (o.llama_server.empty() || ::access(o.llama_server.c_str(), X_OK) != 0) {
+      throw Error("no llama-server at '" + o.llama_server + "': run scripts/bench-swap, which builds it");
+    }
+    if (o.threads <= 0) o.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    const std::string a = std::filesystem::absolute(model_or_made(o.a, "bpe"));
+    const std::string b = std::filesystem::absolute(model_or_made(o.b, "spm"));
+    char tmpl[] = "/tmp/bench-swap.XXXXXX";
+    if (!::mkdtemp(tmpl)) throw Error(std::string("mkdtemp: ") + std::strerror(errno));
+    dir = tmpl;
+    std::filesystem::create_directory(dir + "/models");
+    std::filesystem::create_symlink(a, dir + "/models/a.gguf");
+    std::filesystem::create_symlink(b, dir + "/models/b.gguf");
+    const std::string threads = std::to_string(o.threads), ctx = std::to_string(o.ctx), np = std::to_string(o.streams);
+
+    reclaim.name = "reclaim";
+    reclaim.port = free_port();
+    reclaim.log = dir + "/reclaim.log";
+    reclaim.argv = {o.reclaim, "serve", "--port", std::to_string(reclaim.port), "--models-dir", dir + "/models",
+                    "--max-loaded", "1", "--parallel", np, "--ctx", ctx, "--threads", threads, "--keep-alive", "-1"};
+    reclaim.state = [](const json& m) { return m.value("state", ""); };
+    reclaim.unload_path = "/v1/models/unload";
+
+    llama.name = "llama-server";
+    llama.port = free_port();
+    llama.log = dir + "/llama-server.log";
+    // -np explicit: one KV stream a slot (not unified), -c the total of them,
+    // as reclaim's sequences of --ctx each.
+    llama.argv = {o.llama_server, "--port", std::to_string(llama.port), "--models-dir", dir + "/models",
+                  "--models-max", "1", "-np", np, "-c", std::to_string(o.ctx * o.streams), "-t", threads,
+                  "--no-webui"};
+    llama.state = [](const json& m) {
+      const json& s = m.contains("status") ? m["status"] : json::object();
+      return s.is_object() ? s.value("value", "") : std::string();
+    };
+    llama.unload_path = "/models/unload";
+
+    std::printf("models: A %s\n        B %s\nthreads %d, ctx %d a stream, %d streams of %d tokens, %d swaps a round\n",
+                a.c_str(), b.c_str(), o.threads, o.ctx, o.streams, o.n, o.swaps);
+    reclaim.start();
+    sides.push_back(&reclaim);
+    llama.start();
+    sides.push_back(&llama);
+
+    std::vector<double> swap_ratio, tps_ratio;
+    std::printf("%5s  %12s %12s %7s  %12s %12s %7s\n", "round", "swap reclaim", "llama-srv", "ratio", "tok/s reclaim",
+                "llama-srv", "ratio");
+    // Every prompt chosen before anything is timed: choosing loads models.
+    Prompts prompts(reclaim.port);
+    std::string last = "a";
+    for (int k = 0; k < o.swaps; ++k) {
+      const std::string to = k % 2 ? "a" : "b";
+      prompts.get(to, "swap " + std::to_string(k), 2);
+      last = to;
+    }
+    prompts.get("a", "warm up", 4);
+    prompts.get(last, "warm up the batch", 4);
+    for (int r = 0; r < o.rounds; ++r) {
+      for (int i = 0; i < o.streams; ++i) prompts.get(last, stream_prompt(i, r), o.n);
+    }
+    prompts.freeze();
+    for (int r = 0; r < o.rounds; ++r) {
+      Figures fr, fl;
+      if (r % 2 == 0) {
+        fr = measure(reclaim, o, r, prompts);
+        fl = measure(llama, o, r, prompts);
+      } else {
+        fl = measure(llama, o, r, prompts);
+        fr = measure(reclaim, o, r, prompts);
+      }
+      swap_ratio.push_back(fr.swap_ms / fl.swap_ms);
+      tps_ratio.push_back(fr.tps / fl.tps);
+      std::printf("%5d  %9.0f ms %9.0f ms %6.2fx  %12.1f %12.1f %6.2fx\n", r + 1, fr.swap_ms, fl.swap_ms,
+                  swap_ratio.back(), fr.tps, fl.tps, tps_ratio.back());
+      std::fflush(stdout);
+    }
+    std::printf("median: swap %.2fx of llama-server's time (target <= 0.5x), %d-stream throughput %.2fx of "
+                "llama-server's (target >= 1.0x)\n",
+                median(swap_ratio), o.streams, median(tps_ratio));
+    for (Side* s : sides) s->stop();
+    std::filesystem::remove_all(dir);
+    return 0;
+  } catch (const std::exception& e) {
+    for (Side* s : sides) s->stop();
+    std::fprintf(stderr, "bench-swap: %s\n", e.what());
+    if (!dir.empty()) std::fprintf(stderr, "bench-swap: logs kept in %s\n", dir.c_str());
+    return 1;
+  }
+}

@@ -1,5 +1,7 @@
 #include "core/heap.h"
 
+#include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
@@ -38,12 +40,21 @@ bool heap_tunables_active() {
 }
 }  // namespace
 
+namespace {
+std::atomic<int64_t> g_direct_mapped{0};
+}  // namespace
+
+void note_direct_mapping(int64_t delta) noexcept { g_direct_mapped.fetch_add(delta, std::memory_order_relaxed); }
+
 HeapStats heap_stats() {
   HeapStats s;
+  const auto direct = static_cast<uint64_t>(std::max<int64_t>(0, g_direct_mapped.load(std::memory_order_relaxed)));
+  s.arena = direct;
+  s.in_use = direct;
 #if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
   struct mallinfo2 mi = mallinfo2();
-  s.arena = mi.arena + mi.hblkhd;
-  s.in_use = mi.uordblks + mi.hblkhd;
+  s.arena += mi.arena + mi.hblkhd;
+  s.in_use += mi.uordblks + mi.hblkhd;
   s.free = mi.fordblks;
 #endif
   return s;

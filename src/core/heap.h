@@ -46,6 +46,10 @@ struct HeapStats {
 
 HeapStats heap_stats();
 
+// Blocks mapped outside the allocator for themselves (engine/ggml_buffers.cpp)
+// count in heap_stats() as allocated, as glibc's own large mmaps do.
+void note_direct_mapping(int64_t delta_bytes) noexcept;
+
 // Returns freed heap to the OS; a no-op where the allocator is not glibc's.
 // Off when RECLAIM_HEAP_RELEASE=none, so its effect can be measured.
 void release_free_heap();

@@ -1,0 +1,76 @@
+// ggml's large CPU buffers (a context's KV cache and compute buffer, a model
+// loaded without mmap) mapped here in 2 MiB transparent huge pages.
+//
+// Why: llama.cpp zeroes a new KV cache, and each 4 KiB page of it is a fault.
+// On the VM this was measured on a fault costs ~14 us, so creating the batch
+// context of a 300 MiB model took 325 ms, most of a model swap (bench/swap).
+// With huge pages it is one fault per 2 MiB. glibc's own huge page tunable
+// (glibc.malloc.hugetlb) was rejected for the whole heap (core/heap.h); this
+// touches only these buffers, which are mapped for themselves and unmapped
+// when ggml frees them, so they are given back at once, whole.
+//
+// How: the link wraps ggml_aligned_malloc / ggml_aligned_free
+// (-Wl,--wrap, CMakeLists.txt), which ggml's CPU buffer type calls with the
+// same size on both sides. Smaller blocks and RECLAIM_HUGE_BUFFERS=0 go to
+// ggml's own functions. Where llama.cpp is a shared library the wrap does not
+// reach its internal calls and nothing changes.
+#include <sys/mman.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+#include "core/heap.h"
+
+extern "C" {
+void* __real_ggml_aligned_malloc(size_t size);
+void __real_ggml_aligned_free(void* ptr, size_t size);
+void* __wrap_ggml_aligned_malloc(size_t size);
+void __wrap_ggml_aligned_free(void* ptr, size_t size);
+}
+
+namespace {
+
+constexpr size_t kHuge = size_t{2} << 20;
+constexpr size_t kThreshold = size_t{16} << 20;  // below: ggml's malloc, as before
+
+bool enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("RECLAIM_HUGE_BUFFERS");
+    return !(v && std::strcmp(v, "0") == 0);
+  }();
+  return on;
+}
+
+bool ours(size_t size) { return size >= kThreshold && enabled(); }
+
+size_t round_up(size_t n) { return (n + kHuge - 1) & ~(kHuge - 1); }
+
+}  // namespace
+
+extern "C" void* __wrap_ggml_aligned_malloc(size_t size) {
+  if (!ours(size)) return __real_ggml_aligned_malloc(size);
+  const size_t len = round_up(size);
+  // One huge page more than needed, so that a 2 MiB-aligned start fits; the
+  // ends are unmapped again.
+  void* raw = ::mmap(nullptr, len + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) return nullptr;
+  const auto base = reinterpret_cast<uintptr_t>(raw);
+  const uintptr_t start = (base + kHuge - 1) & ~(uintptr_t{kHuge} - 1);
+  if (start > base) ::munmap(raw, start - base);
+  const uintptr_t end = base + len + kHuge;
+  if (end > start + len) ::munmap(reinterpret_cast<void*>(start + len), end - (start + len));
+  void* p = reinterpret_cast<void*>(start);
+  ::madvise(p, len, MADV_HUGEPAGE);  // advice: without THP it is plain pages
+  reclaim::note_direct_mapping(static_cast<int64_t>(len));
+  return p;
+}
+
+extern "C" void __wrap_ggml_aligned_free(void* ptr, size_t size) {
+  if (!ours(size)) return __real_ggml_aligned_free(ptr, size);
+  if (!ptr) return;
+  const size_t len = round_up(size);
+  ::munmap(ptr, len);
+  reclaim::note_direct_mapping(-static_cast<int64_t>(len));
+}

@@ -103,11 +103,14 @@ SideResult run_side_in_child(const std::string& side, const CycleOptions& o) {
   std::string side_arg = side;
   char* argv[] = {arg0.data(), arg1.data(), side_arg.data(), args.data(), nullptr};
   // The raw side runs in the environment this program was started with,
-  // without the allocator tunables that reclaim sets for itself.
+  // without the allocator tunables that reclaim sets for itself, and with
+  // ggml's own buffers (engine/ggml_buffers.cpp is linked into this binary).
   std::vector<std::string> env_store;
   std::vector<char*> env;
   if (side == "raw") {
     env_store = original_environment();
+    std::erase_if(env_store, [](const std::string& e) { return e.rfind("RECLAIM_HUGE_BUFFERS=", 0) == 0; });
+    env_store.push_back("RECLAIM_HUGE_BUFFERS=0");
     for (std::string& e : env_store) env.push_back(e.data());
     env.push_back(nullptr);
   }

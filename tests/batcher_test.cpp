@@ -76,12 +76,18 @@ TEST(Batcher, ConcurrentRequestsGetTheTokensEachGetsAloneInFewerDecodes) {
   Batcher& b = model.start_batcher(batching(4));
   std::vector<std::future<GenerateResult>> got;
   std::vector<std::string> streamed(reqs.size());
-  for (size_t i = 0; i < reqs.size(); ++i) {
-    got.push_back(std::async(std::launch::async, [&, i] {
-      GenerateHooks h;
-      h.on_text = [&, i](std::string_view t) { streamed[i] += t; };
-      return b.generate(reqs[i], h);
-    }));
+  {
+    // The decode thread waits at its first decode until all four are in, so
+    // that they run together however the threads are scheduled.
+    std::lock_guard hold(model.decode_mutex());
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      got.push_back(std::async(std::launch::async, [&, i] {
+        GenerateHooks h;
+        h.on_text = [&, i](std::string_view t) { streamed[i] += t; };
+        return b.generate(reqs[i], h);
+      }));
+    }
+    while (b.active() + b.waiting() < reqs.size()) std::this_thread::yield();
   }
   size_t generated = 0;
   for (size_t i = 0; i < reqs.size(); ++i) {

@@ -95,6 +95,11 @@ size_t Batcher::active() const {
   return active_;
 }
 
+size_t Batcher::waiting() const {
+  std::lock_guard lock(mu_);
+  return pending_.size();
+}
+
 bool Batcher::abort_poll(void* data) {
   // Runs on ggml's threads while the decode thread waits in llama_decode, so
   // in_batch_ does not change under it. A step stops early only when none of

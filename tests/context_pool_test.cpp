@@ -8,6 +8,7 @@
 
 using namespace reclaim;
 using reclaim::testing::small_model;
+using reclaim::testing::small_session;
 
 namespace {
 
@@ -16,13 +17,6 @@ ModelLoad pooled_load(int capacity) {
   l.path = small_model("spm");
   l.pooled_contexts = capacity;
   return l;
-}
-
-SessionOptions opts(int n_ctx = 128) {
-  SessionOptions o;
-  o.n_ctx = n_ctx;
-  o.n_batch = 64;
-  return o;
 }
 
 GenerateRequest greedy() {
@@ -45,13 +39,13 @@ TEST(ContextPool, ARequestReusesTheContextOfTheLastAndGetsTheSameTokens) {
   Model fresh_model(pooled_load(0));
   std::vector<llama_token> want;
   {
-    Session s(fresh_model, opts());
+    Session s(fresh_model, small_session());
     want = generate(s, greedy()).tokens;
   }
   Model model(pooled_load(1));
   llama_context* first = nullptr;
   for (int i = 0; i < 3; ++i) {
-    Session s(model, opts());
+    Session s(model, small_session());
     if (i == 0) first = s.context();
     EXPECT_EQ(s.context(), first) << "request " << i << " did not reuse the pooled context";
     EXPECT_EQ(generate(s, greedy()).tokens, want) << "request " << i;
@@ -65,15 +59,15 @@ TEST(ContextPool, PooledContextsAreOnTheLedgerUnderTheModelAndGoWithIt) {
   auto model = std::make_unique<Model>(pooled_load(2));
   const std::string pool_owner = model->scope().path() + "/pool";
   {
-    Session a(*model, opts());
-    Session b(*model, opts());
+    Session a(*model, small_session());
+    Session b(*model, small_session());
     EXPECT_NE(a.context(), b.context());
     EXPECT_EQ(entries_owned_by(pool_owner), 2u);
   }
   // The requests are gone; their contexts stay, listed under the pool.
   EXPECT_EQ(entries_owned_by(pool_owner), 2u);
   EXPECT_EQ(Ledger::process().totals().count, before + 4);  // model, threadpool, 2 contexts
-  auto live = std::make_unique<Session>(*model, opts());
+  auto live = std::make_unique<Session>(*model, small_session());
   model->unload();
   EXPECT_EQ(Ledger::process().totals().count, before);
   live.reset();
@@ -86,15 +80,15 @@ TEST(ContextPool, BeyondCapacityARequestGetsAContextOfItsOwn) {
   Model model(pooled_load(1));
   const std::string pool_owner = model.scope().path() + "/pool";
   {
-    Session a(model, opts());
-    Session b(model, opts());
+    Session a(model, small_session());
+    Session b(model, small_session());
     EXPECT_EQ(entries_owned_by(pool_owner), 1u);
     EXPECT_EQ(generate(b, greedy()).tokens.size(), 16u);
   }
   EXPECT_EQ(Ledger::process().totals().count, before + 3);  // model, threadpool, one pooled context
   // Other sizes do not match the pooled context.
   {
-    Session other(model, opts(256));
+    Session other(model, small_session(256));
     EXPECT_EQ(model.context_pool()->idle(), 1u);
   }
   EXPECT_EQ(model.context_pool()->release_idle(), 1u);
@@ -106,23 +100,23 @@ TEST(ContextPool, AnEarlierRequestsCancelTokenDoesNotStopTheNext) {
   {
     CancelToken cancel;
     cancel.cancel();
-    Session s(model, opts(), &cancel);
+    Session s(model, small_session(), &cancel);
     EXPECT_EQ(generate(s, greedy()).finish, FinishReason::cancelled);
   }
-  Session s(model, opts());
+  Session s(model, small_session());
   EXPECT_EQ(generate(s, greedy()).finish, FinishReason::length);
 }
 
 TEST(ContextPool, ALeaseTheLedgerCannotRecordGoesBackToThePool) {
   Model model(pooled_load(1));
-  { Session warm(model, opts()); }  // the pooled context now exists, idle
+  { Session warm(model, small_session()); }  // the pooled context now exists, idle
   const uint64_t before = Ledger::process().totals().count;
   // The lease is the first ledger entry a session takes on a pooled context.
   Ledger::process().fail_next_acquires(1);
-  EXPECT_THROW(Session(model, opts()), std::bad_alloc);
+  EXPECT_THROW(Session(model, small_session()), std::bad_alloc);
   EXPECT_EQ(Ledger::process().totals().count, before);
   EXPECT_EQ(model.context_pool()->pooled(), 1u);
   EXPECT_EQ(model.context_pool()->idle(), 1u) << "the context stayed leased to a request that never started";
-  Session s(model, opts());
+  Session s(model, small_session());
   EXPECT_EQ(generate(s, greedy()).tokens.size(), 16u);
 }

@@ -6,6 +6,7 @@
 #include <map>
 #include <string>
 
+#include "engine/session.h"
 #include "engine/test_model.h"
 
 namespace reclaim::testing {
@@ -23,6 +24,14 @@ inline const std::string& small_model(const std::string& vocab) {
   s.n_ctx_train = 2048;
   make_test_model(s, path);
   return made.emplace(vocab, path).first->second;
+}
+
+// The context the small-model tests give a request.
+inline SessionOptions small_session(int n_ctx = 128) {
+  SessionOptions o;
+  o.n_ctx = n_ctx;
+  o.n_batch = 64;
+  return o;
 }
 
 }  // namespace reclaim::testing

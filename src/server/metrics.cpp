@@ -69,28 +69,32 @@ std::string metrics_text(const Registry& registry, const Usage& baseline, const 
   w.sample("reclaim_release_failures_total", "", ledger.failed_releases());
 
   const std::vector<ModelStatus> models = registry.list();
-  w.family("reclaim_model_loaded", "gauge", "1 when the model is loaded.");
-  for (const ModelStatus& m : models) w.sample("reclaim_model_loaded", label("model", m.name), m.state == ModelState::loaded ? 1 : 0);
-  w.family("reclaim_model_bytes", "gauge", "Bytes on the ledger under the model (weights, contexts, requests).");
-  for (const ModelStatus& m : models) w.sample("reclaim_model_bytes", label("model", m.name), m.loaded_bytes);
-  w.family("reclaim_model_estimate_bytes", "gauge", "What the budget counts for the model: the engine's estimate of its last load.");
-  for (const ModelStatus& m : models) w.sample("reclaim_model_estimate_bytes", label("model", m.name), m.estimate);
-  w.family("reclaim_model_in_flight", "gauge", "Requests holding the model.");
-  for (const ModelStatus& m : models) w.sample("reclaim_model_in_flight", label("model", m.name), m.in_flight);
-  w.family("reclaim_model_sequences_active", "gauge", "The model's batch sequences in use (--parallel).");
-  for (const ModelStatus& m : models) w.sample("reclaim_model_sequences_active", label("model", m.name), m.sequences_active);
-  w.family("reclaim_model_decode_steps_total", "counter", "Decodes of the model's batch since its load.");
-  for (const ModelStatus& m : models) w.sample("reclaim_model_decode_steps_total", label("model", m.name), m.decode_steps);
-  w.family("reclaim_model_decoded_tokens_total", "counter", "Tokens in those decodes (prompts and generated).");
-  for (const ModelStatus& m : models) w.sample("reclaim_model_decoded_tokens_total", label("model", m.name), m.decoded_tokens);
-  w.family("reclaim_model_loads_total", "counter", "Loads of the model.");
-  for (const ModelStatus& m : models) w.sample("reclaim_model_loads_total", label("model", m.name), m.loads);
-  w.family("reclaim_model_unloads_total", "counter", "Unloads of the model.");
-  for (const ModelStatus& m : models) w.sample("reclaim_model_unloads_total", label("model", m.name), m.unloads);
-  w.family("reclaim_model_last_load_seconds", "gauge", "Duration of the model's last load.");
-  for (const ModelStatus& m : models) w.sample("reclaim_model_last_load_seconds", label("model", m.name), m.last_load_ms / 1000);
-  w.family("reclaim_model_last_unload_seconds", "gauge", "Duration of the model's last unload.");
-  for (const ModelStatus& m : models) w.sample("reclaim_model_last_unload_seconds", label("model", m.name), m.last_unload_ms / 1000);
+  auto per_model = [&](const char* name, const char* type, const char* help, auto value) {
+    w.family(name, type, help);
+    for (const ModelStatus& m : models) w.sample(name, label("model", m.name), value(m));
+  };
+  per_model("reclaim_model_loaded", "gauge", "1 when the model is loaded.",
+            [](const ModelStatus& m) { return m.state == ModelState::loaded ? 1 : 0; });
+  per_model("reclaim_model_bytes", "gauge", "Bytes on the ledger under the model (weights, contexts, requests).",
+            [](const ModelStatus& m) { return m.loaded_bytes; });
+  per_model("reclaim_model_estimate_bytes", "gauge", "What the budget counts for the model: the engine's estimate of its last load.",
+            [](const ModelStatus& m) { return m.estimate; });
+  per_model("reclaim_model_in_flight", "gauge", "Requests holding the model.",
+            [](const ModelStatus& m) { return m.in_flight; });
+  per_model("reclaim_model_sequences_active", "gauge", "The model's batch sequences in use (--parallel).",
+            [](const ModelStatus& m) { return m.sequences_active; });
+  per_model("reclaim_model_decode_steps_total", "counter", "Decodes of the model's batch since its load.",
+            [](const ModelStatus& m) { return m.decode_steps; });
+  per_model("reclaim_model_decoded_tokens_total", "counter", "Tokens in those decodes (prompts and generated).",
+            [](const ModelStatus& m) { return m.decoded_tokens; });
+  per_model("reclaim_model_loads_total", "counter", "Loads of the model.",
+            [](const ModelStatus& m) { return m.loads; });
+  per_model("reclaim_model_unloads_total", "counter", "Unloads of the model.",
+            [](const ModelStatus& m) { return m.unloads; });
+  per_model("reclaim_model_last_load_seconds", "gauge", "Duration of the model's last load.",
+            [](const ModelStatus& m) { return m.last_load_ms / 1000; });
+  per_model("reclaim_model_last_unload_seconds", "gauge", "Duration of the model's last unload.",
+            [](const ModelStatus& m) { return m.last_unload_ms / 1000; });
 
   w.family("reclaim_memory_budget_bytes", "gauge", "The memory budget (0: none).");
   w.sample("reclaim_memory_budget_bytes", "", registry.options().memory_budget);

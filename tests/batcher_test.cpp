@@ -12,6 +12,7 @@
 
 using namespace reclaim;
 using reclaim::testing::small_model;
+using reclaim::testing::small_session;
 
 namespace {
 
@@ -21,14 +22,7 @@ ModelLoad load() {
   return l;
 }
 
-SessionOptions session(int n_ctx = 128) {
-  SessionOptions o;
-  o.n_ctx = n_ctx;
-  o.n_batch = 64;
-  return o;
-}
-
-BatcherOptions batching(int n_seq, int n_ctx = 128) { return {n_seq, session(n_ctx)}; }
+BatcherOptions batching(int n_seq, int n_ctx = 128) { return {n_seq, small_session(n_ctx)}; }
 
 GenerateRequest request(const std::string& prompt, int max_tokens = 24) {
   GenerateRequest r;
@@ -49,7 +43,7 @@ const std::vector<std::string> kPrompts = {
 std::vector<GenerateResult> alone(Model& model, const std::vector<GenerateRequest>& reqs) {
   std::vector<GenerateResult> out;
   for (const GenerateRequest& r : reqs) {
-    Session s(model, session());
+    Session s(model, small_session());
     out.push_back(generate(s, r));
   }
   return out;
@@ -197,7 +191,7 @@ TEST(Batcher, ACallerThatThrowsFromItsTextHookLeavesNothingBehind) {
   for (int32_t s = 0; s < b.n_seq(); ++s) EXPECT_TRUE(sequence_empty(b, s)) << "sequence " << s;
   // The sequence it had is free and clean for the next request.
   Model fresh(load());
-  Session s(fresh, session());
+  Session s(fresh, small_session());
   EXPECT_EQ(b.generate(request(kPrompts[2])).tokens, generate(s, request(kPrompts[2])).tokens);
 }
 
@@ -233,9 +227,17 @@ TEST(Batcher, StoppingCancelsWhatRunsAndRefusesWhatComes) {
     return b.generate(r, h);
   });
   started.get_future().wait();
+  // One more, waiting for the only sequence.
+  auto waiting = std::async(std::launch::async, [&] { return b.generate(request(kPrompts[2])); });
+  while (b.waiting() == 0) std::this_thread::yield();
   b.stop();
   const GenerateResult r = running.get();
   EXPECT_EQ(r.finish, FinishReason::cancelled);
+  const GenerateResult w = waiting.get();
+  EXPECT_EQ(w.finish, FinishReason::cancelled);
+  EXPECT_TRUE(w.tokens.empty());
+  EXPECT_EQ(b.active(), 0u);
+  EXPECT_EQ(b.waiting(), 0u);
   EXPECT_THROW(b.generate(request(kPrompts[1])), Error);
   EXPECT_EQ(request_entries(), 0u);
 }

@@ -4,6 +4,7 @@
 // machine falls on both.
 //
 //   build/bin/bench-cycles [-m MODEL] [--cycles 20] [--rounds 4] [--load-mode mmap]
+//                          [--scenario all|load-free|...]
 #include <algorithm>
 #include <cstdio>
 #include <string>
@@ -50,12 +51,13 @@ int main(int argc, char** argv) {
   reexec_with_heap_tunables(argv);
   if (argc == 4 && std::string(argv[1]) == "__audit-side") return audit_side_main(argv[2], argv[3]);
   CLI::App app{"reclaim vs raw llama.cpp: load/use/free cycle time and residue"};
-  std::string model, load_mode = "mmap";
+  std::string model, load_mode = "mmap", scenario = "all";
   int cycles = 20, rounds = 4;
   app.add_option("-m,--model", model, "GGUF model (default: the cached ~300 MiB bpe test model)");
   app.add_option("--cycles", cycles, "cycles per child process")->capture_default_str();
   app.add_option("--rounds", rounds, "alternating rounds of both sides")->capture_default_str();
   app.add_option("--load-mode", load_mode)->capture_default_str();
+  app.add_option("--scenario", scenario, "one scenario, or all")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   try {
     CycleOptions o;
@@ -67,6 +69,7 @@ int main(int argc, char** argv) {
     std::printf("%-18s %10s %11s %7s %11s %14s %13s %16s %11s %14s\n", "scenario", "raw ms", "reclaim ms", "ratio",
                 "raw faults", "reclaim faults", "raw residue", "reclaim residue", "raw growth", "reclaim growth");
     for (Scenario sc : kAllScenarios) {
+      if (scenario != "all" && scenario_from_name(scenario) != sc) continue;
       o.scenario = sc;
       SideStats raw, rec;
       for (int r = 0; r < rounds; ++r) {

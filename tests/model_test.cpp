@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include "core/arena.h"
 #include "core/ledger.h"
+#include "core/usage.h"
 #include "engine/progress.h"
 #include "engine/session.h"
 #include "small_models.h"
@@ -98,4 +100,32 @@ TEST(Model, ACancelledLoadIsAbortedAndLeavesNothing) {
   EXPECT_THROW(Model m(load), LoadAborted);
   EXPECT_GE(calls, 2);
   EXPECT_EQ(Ledger::process().totals().count, before);
+}
+
+// The vocab's blocks and a context's bookkeeping are made in arenas of their
+// own (core/arena.h), which go, unmapped, with what made them.
+TEST(Model, ItsVocabAndItsContextsLiveInArenasThatGoWithThem) {
+  const arena::Stats before = arena::stats();
+  const Usage u0 = Usage::capture();
+  arena::Stats loaded, with_context;
+  {
+    Model model(load_of(small_model("bpe")));
+    loaded = arena::stats();
+    {
+      SessionOptions so;
+      so.n_ctx = 256;
+      Session s(model, so);
+      with_context = arena::stats();
+    }
+    EXPECT_EQ(arena::stats().arenas, loaded.arenas) << "the context's arena outlived the context";
+  }
+  EXPECT_EQ(loaded.arenas, before.arenas + 1);
+  // 151,936 tokens: their texts, the token map and the merges.
+  EXPECT_GT(loaded.in_use - before.in_use, uint64_t{10} << 20);
+  EXPECT_EQ(with_context.arenas, loaded.arenas + 1);
+  EXPECT_GT(with_context.in_use, loaded.in_use);
+  const arena::Stats after = arena::stats();
+  EXPECT_EQ(after.arenas, before.arenas);
+  EXPECT_EQ(after.in_use, before.in_use);
+  EXPECT_EQ(Usage::capture().maps, u0.maps);
 }

@@ -8,6 +8,8 @@
 
 #include <unistd.h>
 
+#include "core/arena.h"
+
 extern char** environ;
 
 #if defined(__GLIBC__)
@@ -49,20 +51,25 @@ void note_direct_mapping(int64_t delta) noexcept { g_direct_mapped.fetch_add(del
 HeapStats heap_stats() {
   HeapStats s;
   const auto direct = static_cast<uint64_t>(std::max<int64_t>(0, g_direct_mapped.load(std::memory_order_relaxed)));
-  s.arena = direct;
-  s.in_use = direct;
+  const arena::Stats a = arena::stats();
+  s.arena = direct + a.mapped;
+  s.in_use = direct + a.in_use;
+  s.free = a.mapped - a.in_use;
 #if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
   struct mallinfo2 mi = mallinfo2();
   s.arena += mi.arena + mi.hblkhd;
   s.in_use += mi.uordblks + mi.hblkhd;
-  s.free = mi.fordblks;
+  s.free += mi.fordblks;
 #endif
   return s;
 }
 
 void release_free_heap() {
 #if defined(__GLIBC__)
-  if (release_enabled()) malloc_trim(0);
+  if (release_enabled()) {
+    malloc_trim(0);
+    arena::trim();
+  }
 #endif
 }
 

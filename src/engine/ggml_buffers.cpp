@@ -33,7 +33,10 @@ void __wrap_ggml_aligned_free(void* ptr, size_t size);
 namespace {
 
 constexpr size_t kHuge = size_t{2} << 20;
-constexpr size_t kThreshold = size_t{16} << 20;  // below: ggml's malloc, as before
+// Below one huge page, rounding up would waste most of it: ggml's malloc, as
+// before. From 2 MiB, at most one partly used huge page a buffer (a 7 MiB KV
+// cache of a small context takes 8 MiB, in 4 faults instead of 1,800).
+constexpr size_t kThreshold = kHuge;
 
 bool enabled() {
   static const bool on = [] {

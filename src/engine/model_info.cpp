@@ -53,7 +53,8 @@ ModelInfo model_info(const llama_model* model, const std::string& path) {
 MemoryEstimate estimate_memory(const ModelLoad& load, const llama_context_params& params, ModelInfo* info) {
   check_model_file(load.path);
   // The simulated load reads the whole vocab (tens of MiB for 151,936
-  // tokens); what it freed goes back to the OS too, after the frees below.
+  // tokens), in an arena that goes with the model; what else it freed goes
+  // back to the OS too, after the frees below.
   Defer trim([] { release_free_heap(); });
   llama_model_params mp = llama_model_default_params();
   mp.no_alloc = true;
@@ -62,7 +63,7 @@ MemoryEstimate estimate_memory(const ModelLoad& load, const llama_context_params
   take_llama_errors();
   auto heap_in_use = [] { return static_cast<int64_t>(heap_stats().in_use); };
   const int64_t heap_before_model = heap_in_use();
-  llama_model* model = llama_model_load_from_file(load.path.c_str(), mp);
+  llama_model* model = load_in_arena(load.path, mp);
   if (!model) {
     std::string why = take_llama_errors();
     throw Error("cannot read model '" + load.path + "': " + (why.empty() ? "llama.cpp gave no reason" : why));

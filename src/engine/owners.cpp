@@ -11,6 +11,7 @@
 
 #include <ggml-cpu.h>
 
+#include "core/arena.h"
 #include "core/heap.h"
 #include "core/locked.h"
 #include "core/usage.h"
@@ -56,6 +57,11 @@ void check_model_file(const std::string& path) {
                   static_cast<unsigned char>(magic[3]));
     throw Error("model file '" + path + "' is not a GGUF file (starts with bytes " + shown + ", expected 'GGUF')");
   }
+}
+
+llama_model* load_in_arena(const std::string& path, const llama_model_params& params) {
+  ArenaWindow window;
+  return llama_model_load_from_file(path.c_str(), params);
 }
 
 namespace {
@@ -104,7 +110,7 @@ Owned<llama_model> load_model(Scope& scope, const ModelLoad& load) {
   std::vector<AddressRange> locked_before;
   if (locks) locked_before = locked_ranges();
   take_llama_errors();
-  llama_model* model = llama_model_load_from_file(load.path.c_str(), mp);
+  llama_model* model = load_in_arena(load.path, mp);
   if (!model) {
     std::string why = take_llama_errors();
     if (progress.aborted_at >= 0) {
@@ -144,7 +150,12 @@ Owned<llama_context> new_context(Scope& scope, llama_model* model, const llama_c
   // difference around creation is what it took.
   const int64_t before = allocated();
   take_llama_errors();
-  llama_context* ctx = llama_init_from_model(model, params);
+  llama_context* ctx = nullptr;
+  {
+    // Its graph metadata and the like, given back whole when it is freed.
+    ArenaWindow window;
+    ctx = llama_init_from_model(model, params);
+  }
   if (!ctx) {
     std::string why = take_llama_errors();
     throw Error("cannot create a context of " + std::to_string(params.n_ctx) +

@@ -63,6 +63,10 @@ class LoadAborted : public Error {
 // the error names the real problem (missing, a directory, not GGUF, empty).
 void check_model_file(const std::string& path);
 
+// llama_model_load_from_file with the blocks it makes in an arena of their
+// own (core/arena.h), so that freeing the model gives them back whole.
+llama_model* load_in_arena(const std::string& path, const llama_model_params& params);
+
 Owned<llama_model> load_model(Scope& scope, const ModelLoad& load);
 // A pool of `n_threads` worker threads (ggml's), joined when it is freed.
 Owned<ggml_threadpool> new_threadpool(Scope& scope, int32_t n_threads);

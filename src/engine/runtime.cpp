@@ -83,6 +83,7 @@ Runtime::Runtime(RuntimeOptions options) {
   warm_accelerators();
   warm_thread_stack_cache();
   warm_tokenizer_tables();
+  warm_cpu_buffer_types();
   // Start-up's own garbage (registry scans, log buffers) is not the first
   // model's: give it back before the baseline.
   release_free_heap();
@@ -103,7 +104,7 @@ std::string Runtime::warmed() const {
     names += ggml_backend_dev_name(ggml_backend_dev_get(i));
   }
   return "llama_backend_init (ggml f16/GELU tables, backend registry: " + names +
-         "), accelerator contexts, llama's unicode tables, glibc's thread-stack cache";
+         "), accelerator contexts, llama's unicode tables, ggml's CPU buffer types, glibc's thread-stack cache";
 }
 
 std::string take_llama_errors() {

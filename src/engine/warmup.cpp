@@ -1,5 +1,6 @@
 #include "engine/warmup.h"
 
+#include <ggml-backend.h>
 #include <gguf.h>
 #include <llama.h>
 #include <sys/mman.h>
@@ -80,6 +81,14 @@ void warm_tokenizer_tables() {
   const char* text = "Hello, World 123! Ünïcödé 日本語 🙂\n\tend";
   llama_token out[256];
   (void)llama_tokenize(llama_model_get_vocab(m), text, static_cast<int32_t>(std::strlen(text)), out, 256, true, true);
+}
+
+void warm_cpu_buffer_types() {
+  ggml_backend_dev_t cpu = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
+  if (!cpu) return;
+  auto extra = reinterpret_cast<ggml_backend_dev_get_extra_bufts_t>(
+      ggml_backend_reg_get_proc_address(ggml_backend_dev_backend_reg(cpu), "ggml_backend_dev_get_extra_bufts"));
+  if (extra) (void)extra(cpu);
 }
 
 }  // namespace reclaim

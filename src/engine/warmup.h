@@ -11,4 +11,10 @@ namespace reclaim {
 // tokenizing with it. Throws Error if llama.cpp refuses the vocab.
 void warm_tokenizer_tables();
 
+// ggml's CPU backend makes its list of extra buffer types (the repack type
+// for quantized weights, with its context) on the first call, which the
+// first model load makes, and keeps it until exit. Made during a load it
+// would also pin that load's arena (core/arena.h), so it is made here.
+void warm_cpu_buffer_types();
+
 }  // namespace reclaim

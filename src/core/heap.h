@@ -19,13 +19,14 @@
 // lock is all that threads contend on, and ggml's workers hardly allocate.
 //
 // Giving the heap back has a price, paid at the next load, which faults every
-// page in again: ~14 us a 4 KiB page on the VM where this was measured, so a
-// cycle of the 300 MiB bpe model takes 14,000 faults and ~530 ms against raw
-// llama.cpp's ~2,900 faults and ~330 ms (bench/cycles). Transparent huge
-// pages for the heap (glibc.malloc.hugetlb=1, top_pad=32 MiB) cut that to
-// ~2,000 faults and ~400 ms, but were rejected: with 2 MiB pages the residue
-// after a release swung between -1.2 and +1.4 MiB from run to run and the
-// baseline grew by 2-10 MiB, so "back to the baseline" could not be checked.
+// page in again: ~10 us a 4 KiB page on the VM where this was measured, so a
+// load-free cycle of the 300 MiB bpe model took 1.6x raw llama.cpp's, which
+// keeps its heap. Transparent huge pages for the whole heap
+// (glibc.malloc.hugetlb=1) were rejected: with 2 MiB pages shared between a
+// load's blocks and long-lived ones, the residue after a release swung
+// between -1.2 and +1.4 MiB from run to run. What a load and a context make
+// goes instead to an arena of huge pages of its own (core/arena.h), which
+// holds nothing else and is unmapped with them.
 //
 // Tunables are read only when a process starts, so the CLI re-executes itself
 // once with them in GLIBC_TUNABLES; a program that links libreclaim sets them

@@ -76,7 +76,6 @@ struct Slot {
 
 Slot g_slots[kMaxArenas];
 std::atomic<int> g_mapped_arenas{0};
-std::atomic<uint64_t> g_handed_out{0};
 
 // Initial-exec: operator new reads it on every call.
 __attribute__((tls_model("initial-exec"))) thread_local int t_open = -1;
@@ -157,7 +156,6 @@ void* take(Slot& s, uintptr_t size, int cls) {
     block = s.bump;
     s.bump += size;
     s.high.store(s.bump, std::memory_order_relaxed);
-    g_handed_out.fetch_add(size, std::memory_order_relaxed);
   }
   auto* h = reinterpret_cast<uint64_t*>(block);
   h[0] = size;
@@ -312,6 +310,13 @@ void* allocate_or_throw(std::size_t n) {
     h();
   }
 }
+void* allocate_or_null(std::size_t n) noexcept {
+  try {
+    return allocate_or_throw(n);
+  } catch (...) {
+    return nullptr;
+  }
+}
 void release(void* p) noexcept {
   if (p && !reclaim::arena::deallocate(p)) std::free(p);
 }
@@ -319,20 +324,8 @@ void release(void* p) noexcept {
 
 void* operator new(std::size_t n) { return allocate_or_throw(n); }
 void* operator new[](std::size_t n) { return allocate_or_throw(n); }
-void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
-  try {
-    return allocate_or_throw(n);
-  } catch (...) {
-    return nullptr;
-  }
-}
-void* operator new[](std::size_t n, const std::nothrow_t&) noexcept {
-  try {
-    return allocate_or_throw(n);
-  } catch (...) {
-    return nullptr;
-  }
-}
+void* operator new(std::size_t n, const std::nothrow_t&) noexcept { return allocate_or_null(n); }
+void* operator new[](std::size_t n, const std::nothrow_t&) noexcept { return allocate_or_null(n); }
 void operator delete(void* p) noexcept { release(p); }
 void operator delete[](void* p) noexcept { release(p); }
 void operator delete(void* p, std::size_t) noexcept { release(p); }

@@ -93,6 +93,47 @@ TEST(Arena, TheLastFreeOnAnotherThreadUnmapsIt) {
   EXPECT_EQ(arena::stats().arenas, arenas);
 }
 
+// The window's thread counts its own news and deletes without atomics;
+// frees from other threads while it is open count apart. Both must add up:
+// a page that another thread emptied is trimmed, one it did not is kept, and
+// the region stays mapped until the last block of either kind is gone.
+TEST(Arena, FreesFromOtherThreadsWhileTheWindowIsOpenAddUp) {
+  std::vector<char*> blocks;
+  blocks.reserve(4096);
+  // glibc keeps a joined thread's stack, and its malloc arena, mapped for
+  // the next thread: made before the baseline.
+  std::thread([] { delete new int(1); }).join();
+  const Usage base = Usage::capture();
+  const arena::Stats before = arena::stats();
+  char* kept_by_owner = nullptr;
+  {
+    ArenaWindow window;
+    ASSERT_TRUE(window.open());
+    for (int i = 0; i < 4096; ++i) {
+      char* p = new char[4000];
+      std::memset(p, 2, 4000);
+      blocks.push_back(p);
+    }
+    // Another thread frees all but the last, in the window's life.
+    std::thread([&] {
+      for (size_t i = 0; i + 1 < blocks.size(); ++i) delete[] blocks[i];
+    }).join();
+    EXPECT_EQ(arena::stats().arenas, before.arenas + 1);
+    kept_by_owner = new char[100];
+    kept_by_owner[99] = 3;
+  }
+  const Usage kept = Usage::capture();
+  EXPECT_LT(kept.anon - base.anon, 1 << 20) << "anon " << kept.anon - base.anon;
+  EXPECT_EQ(blocks.back()[3999], 2);
+  EXPECT_EQ(kept_by_owner[99], 3);
+  std::thread([&] { delete[] blocks.back(); }).join();
+  EXPECT_EQ(arena::stats().arenas, before.arenas + 1);
+  delete[] kept_by_owner;
+  EXPECT_EQ(arena::stats().arenas, before.arenas);
+  EXPECT_EQ(arena::stats().in_use, before.in_use);
+  EXPECT_EQ(Usage::capture().maps, base.maps);
+}
+
 TEST(Arena, PagesWithoutALiveBlockAreGivenBackWhenTheWindowCloses) {
   std::vector<char*> blocks;
   blocks.reserve(8192);

@@ -81,6 +81,27 @@ TEST(Arena, LargeBlocksFreedInTheWindowAreReusedFirstFit) {
   ::operator delete(b);
 }
 
+TEST(Arena, SmallBlocksAreCutFromAFreedLargeOne) {
+  std::vector<void*> small;
+  small.reserve(1000);
+  uintptr_t large = 0;
+  {
+    ArenaWindow window;
+    void* p = ::operator new(1 << 20);
+    large = reinterpret_cast<uintptr_t>(p);
+    ::operator delete(p);
+    for (int i = 0; i < 1000; ++i) small.push_back(::operator new(100));
+  }
+  // 1,000 blocks of 100 bytes fit in the freed MiB: none from fresh pages.
+  for (void* p : small) {
+    const auto a = reinterpret_cast<uintptr_t>(p);
+    EXPECT_TRUE(a >= large && a + 100 <= large + (1 << 20)) << std::hex << a << " outside " << large;
+    EXPECT_EQ(a % 16, 0u);
+  }
+  for (void* p : small) ::operator delete(p);
+  EXPECT_EQ(arena::stats().arenas, 0);
+}
+
 TEST(Arena, TheLastFreeOnAnotherThreadUnmapsIt) {
   const int arenas = arena::stats().arenas;
   std::vector<int>* v = nullptr;

@@ -68,6 +68,7 @@ int main(int argc, char** argv) {
                 load_mode.c_str(), cycles, rounds);
     std::printf("%-18s %10s %11s %7s %11s %14s %13s %16s %11s %14s\n", "scenario", "raw ms", "reclaim ms", "ratio",
                 "raw faults", "reclaim faults", "raw residue", "reclaim residue", "raw growth", "reclaim growth");
+    std::fflush(stdout);
     for (Scenario sc : kAllScenarios) {
       if (scenario != "all" && scenario_from_name(scenario) != sc) continue;
       o.scenario = sc;
@@ -87,6 +88,7 @@ int main(int argc, char** argv) {
                   mr > 0 ? mc / mr : 0.0, median(raw.faults), median(rec.faults),
                   format_bytes(raw.worst_anon_residue).c_str(), format_bytes(rec.worst_anon_residue).c_str(),
                   format_bytes(raw.anon_growth).c_str(), format_bytes(rec.anon_growth).c_str());
+      std::fflush(stdout);  // a full run takes a quarter of an hour: each row as it is measured
     }
     std::printf("ratio = reclaim / raw median cycle time (target <= 1.05); faults = median minor page faults a cycle; "
                 "residue = worst anon RSS residue of a cycle (target <= 1 MiB for reclaim)\n");

@@ -110,12 +110,19 @@ bool enabled() {
   return on;
 }
 
+struct PageSpan {
+  uintptr_t first, last;
+};
+PageSpan pages_of(const Slot& s, uintptr_t block, uintptr_t size) {
+  const uintptr_t base = s.base.load(std::memory_order_relaxed);
+  return {(block - base) / kPage, (block + size - 1 - base) / kPage};
+}
+
 // The window's thread, while its window is open: nobody else writes these.
 void count_own(Slot& s, uintptr_t block, uintptr_t size, int delta) {
   std::atomic<uint16_t>* c = s.own_counters();
-  const uintptr_t base = s.base.load(std::memory_order_relaxed);
-  const uintptr_t first = (block - base) / kPage, last = (block + size - 1 - base) / kPage;
-  for (uintptr_t i = first; i <= last; ++i) {
+  const PageSpan span = pages_of(s, block, size);
+  for (uintptr_t i = span.first; i <= span.last; ++i) {
     c[i].store(static_cast<uint16_t>(c[i].load(std::memory_order_relaxed) + delta), std::memory_order_relaxed);
   }
   s.own_refs += delta;
@@ -125,9 +132,8 @@ void count_own(Slot& s, uintptr_t block, uintptr_t size, int delta) {
 
 void count_shared_free(Slot& s, uintptr_t block, uintptr_t size) {
   std::atomic<uint16_t>* c = s.shared_counters();
-  const uintptr_t base = s.base.load(std::memory_order_relaxed);
-  const uintptr_t first = (block - base) / kPage, last = (block + size - 1 - base) / kPage;
-  for (uintptr_t i = first; i <= last; ++i) c[i].fetch_sub(1, std::memory_order_relaxed);
+  const PageSpan span = pages_of(s, block, size);
+  for (uintptr_t i = span.first; i <= span.last; ++i) c[i].fetch_sub(1, std::memory_order_relaxed);
   s.in_use.fetch_sub(static_cast<int64_t>(size), std::memory_order_relaxed);
 }
 

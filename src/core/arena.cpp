@@ -74,9 +74,11 @@ struct Slot {
   // trim() at work: whoever takes it to zero unmaps the region. While the
   // window is open, its own thread's news and deletes count in own_refs.
   std::atomic<int64_t> refs{0};
-  std::atomic<int64_t> in_use{0};
-  // Written by the window's thread alone (load, then store), read by stats().
+  // Bytes in use, in two halves as the page counts: what the window's thread
+  // took and freed while it was open (load, then store: it alone writes it),
+  // and what others and later frees gave back (at or below zero).
   std::atomic<int64_t> own_in_use{0};
+  std::atomic<int64_t> shared_in_use{0};
   std::atomic<uintptr_t> high{0};  // end of what the bump has handed out
   std::atomic<bool> sealed{false};
   std::atomic<bool> trimmed{false};
@@ -134,7 +136,7 @@ void count_shared_free(Slot& s, uintptr_t block, uintptr_t size) {
   std::atomic<uint16_t>* c = s.shared_counters();
   const PageSpan span = pages_of(s, block, size);
   for (uintptr_t i = span.first; i <= span.last; ++i) c[i].fetch_sub(1, std::memory_order_relaxed);
-  s.in_use.fetch_sub(static_cast<int64_t>(size), std::memory_order_relaxed);
+  s.shared_in_use.fetch_sub(static_cast<int64_t>(size), std::memory_order_relaxed);
 }
 
 bool page_empty(const Slot& s, uintptr_t i) {
@@ -146,7 +148,7 @@ void unmap(Slot& s) {
   const uintptr_t base = s.base.load(std::memory_order_relaxed);
   ::munmap(reinterpret_cast<void*>(base), kRegion);
   s.base.store(0, std::memory_order_release);
-  s.in_use.store(0, std::memory_order_relaxed);
+  s.shared_in_use.store(0, std::memory_order_relaxed);
   s.own_in_use.store(0, std::memory_order_relaxed);
   s.high.store(0, std::memory_order_relaxed);
   g_mapped_arenas.fetch_sub(1, std::memory_order_relaxed);
@@ -183,13 +185,9 @@ bool carve_from_large(Slot& s) {
   FreeBlock* f = s.large;
   if (!f) return false;
   s.large = f->next;
-  const uintptr_t left = s.carve_end - s.carve;
-  if (left > kMediumMax) {  // too large to drop: back on the list
-    auto* rest = reinterpret_cast<FreeBlock*>(s.carve);
-    rest->size = left;
-    rest->next = s.large;
-    s.large = rest;
-  }
+  // What the last one has left is smaller than the block that did not fit,
+  // at most 64 KiB: dropped, and trimmed with the window if nothing shares
+  // its pages.
   s.carve = reinterpret_cast<uintptr_t>(f);
   s.carve_end = s.carve + f->size;
   return true;
@@ -275,7 +273,7 @@ ArenaWindow::ArenaWindow() noexcept : outer_(t_open) {
   ::madvise(reinterpret_cast<void*>(base), kRegion, MADV_HUGEPAGE);  // advice: plain pages without THP
   s.bump = base + kCounters + kHeader;
   s.high.store(s.bump, std::memory_order_relaxed);
-  s.in_use.store(0, std::memory_order_relaxed);
+  s.shared_in_use.store(0, std::memory_order_relaxed);
   s.own_in_use.store(0, std::memory_order_relaxed);
   s.own_refs = 0;
   s.sealed.store(false, std::memory_order_relaxed);
@@ -329,8 +327,7 @@ bool deallocate(void* p) noexcept {
   if (t_open == static_cast<int>(s - g_slots) && !s->sealed.load(std::memory_order_relaxed)) {
     // The window's own thread: the region stays mapped while it is open.
     count_own(*s, block, size, -1);
-    auto* f = reinterpret_cast<FreeBlock*>(block);
-    f->size = size;
+    auto* f = reinterpret_cast<FreeBlock*>(block);  // its size is already the header
     uintptr_t rounded = size;
     const int cls = size_class(rounded);
     FreeBlock*& head = cls >= 0 ? s->lists[cls] : s->large;
@@ -350,7 +347,7 @@ Stats stats() noexcept {
     if (!base) continue;
     ++out.arenas;
     out.mapped += s.high.load(std::memory_order_relaxed) - base;
-    out.in_use += static_cast<uint64_t>(s.in_use.load(std::memory_order_relaxed) +
+    out.in_use += static_cast<uint64_t>(s.shared_in_use.load(std::memory_order_relaxed) +
                                         s.own_in_use.load(std::memory_order_relaxed));
   }
   return out;

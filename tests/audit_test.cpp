@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cli_support.h"
+#include "temp_path.h"
 
 namespace {
 
@@ -21,7 +22,7 @@ using namespace reclaim::testing;
 
 nlohmann::json audit_json(const std::string& args, int expect_status) {
   // Tests run in parallel processes: each writes its own report.
-  std::string json = ::testing::TempDir() + "/audit_out." + std::to_string(::getpid()) + ".json";
+  std::string json = reclaim::testing::temp_path("audit_out.json");
   std::remove(json.c_str());
   Result r = run("audit " + args + " --json " + json);
   EXPECT_EQ(r.status, expect_status) << r.out;
@@ -136,7 +137,7 @@ TEST(Audit, BadArgumentsAreClearErrors) {
 }
 
 TEST(Audit, PlotIsAnSvg) {
-  std::string svg = ::testing::TempDir() + "/audit.svg";
+  std::string svg = reclaim::testing::temp_path("audit.svg");
   Result r = run("audit -m " + spm() + " --scenario load-free --cycles 2 --compare-raw --plot " + svg);
   EXPECT_EQ(r.status, 0) << r.out;
   std::ifstream f(svg);
@@ -201,10 +202,10 @@ TEST(Audit, LogResourcesPrintsEveryAcquireAndRelease) {
 }
 
 TEST(MakeTestModel, BadArgumentsAreClearErrors) {
-  Result r = run("make-test-model --out " + ::testing::TempDir() + "/x.gguf --vocab spm --embd 100 --layers 1");
+  Result r = run("make-test-model --out " + reclaim::testing::temp_path("x.gguf") + " --vocab spm --embd 100 --layers 1");
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.out.find("multiple of 64"), std::string::npos) << r.out;
-  r = run("make-test-model --out " + ::testing::TempDir() + "/x.gguf --vocab spm --size 12parsecs");
+  r = run("make-test-model --out " + reclaim::testing::temp_path("x.gguf") + " --vocab spm --size 12parsecs");
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.out.find("unknown unit"), std::string::npos) << r.out;
   r = run("make-test-model --out /nonexistent-dir/x.gguf --vocab spm --embd 64 --layers 1");

@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "temp_path.h"
+
 #ifndef RECLAIM_BIN
 #error "RECLAIM_BIN must name the reclaim binary"
 #endif
@@ -130,25 +132,12 @@ class Child {
   Result result_;
 };
 
-// Test models of this process, removed when it exits.
-struct MadeFiles {
-  std::vector<std::string> paths;
-  ~MadeFiles() {
-    for (const std::string& p : paths) std::remove(p.c_str());
-  }
-};
-inline MadeFiles& made() {
-  static MadeFiles c;
-  return c;
-}
-
 inline std::string model(const std::string& vocab) {
-  std::string path = ::testing::TempDir() + "/cli_" + vocab + "." + std::to_string(::getpid()) + ".gguf";
+  std::string path = reclaim::testing::temp_path("cli_" + vocab + ".gguf");
   std::string args = "make-test-model --out " + path + " --vocab " + vocab +
                      (vocab == "bpe" ? " --embd 64 --layers 2 --type q8_0" : " --embd 128 --layers 2 --type f16");
   Result r = run(args);
   EXPECT_EQ(r.status, 0) << r.out;
-  made().paths.push_back(path);
   return path;
 }
 

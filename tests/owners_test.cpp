@@ -9,6 +9,7 @@
 
 #include "core/ledger.h"
 #include "engine/test_model.h"
+#include "temp_path.h"
 
 using namespace reclaim;
 
@@ -16,7 +17,7 @@ namespace {
 
 const std::string& model_path() {
   static const std::string path = [] {
-    std::string p = ::testing::TempDir() + "/owners_test.gguf";
+    std::string p = reclaim::testing::temp_path("owners_test.gguf");
     TestModelSpec s;
     s.vocab = "spm";
     s.n_embd = 64;
@@ -28,7 +29,7 @@ const std::string& model_path() {
 }
 
 std::string write_file(const std::string& name, const std::string& bytes) {
-  std::string p = ::testing::TempDir() + "/" + name;
+  std::string p = reclaim::testing::temp_path(name);
   std::ofstream(p, std::ios::binary) << bytes;
   return p;
 }
@@ -106,7 +107,7 @@ TEST(Owners, AbortedLoadLeavesNothing) {
 
 TEST(Owners, BadModelFilesAreClearErrors) {
   EXPECT_NE(error_of("/nonexistent/m.gguf").find("No such file"), std::string::npos);
-  EXPECT_NE(error_of(::testing::TempDir()).find("is a directory"), std::string::npos);
+  EXPECT_NE(error_of(reclaim::testing::temp_dir()).find("is a directory"), std::string::npos);
   EXPECT_NE(error_of(write_file("empty.gguf", "")).find("too short"), std::string::npos);
   EXPECT_NE(error_of(write_file("text.gguf", "hello, not a model")).find("not a GGUF file"), std::string::npos);
   // A real header cut short: llama.cpp's own reason is passed on.

@@ -11,6 +11,7 @@
 #include "engine/generate.h"
 #include "engine/test_model.h"
 #include "small_models.h"
+#include "temp_path.h"
 
 using namespace reclaim;
 using reclaim::testing::small_model;
@@ -21,7 +22,7 @@ namespace {
 // A second spm file, so that two entries are two models.
 const std::string& spm_copy() {
   static const std::string p = [] {
-    std::string to = ::testing::TempDir() + "/small-spm-copy.gguf";
+    std::string to = reclaim::testing::temp_path("small-spm-copy.gguf");
     std::filesystem::copy_file(small_model("spm"), to, std::filesystem::copy_options::overwrite_existing);
     return to;
   }();
@@ -250,7 +251,7 @@ TEST(Registry, BeyondMaxRunningRequestsWaitAndBeyondTheQueueAreRefused) {
 }
 
 TEST(Registry, AReloadReusesTheEstimateUnlessTheFileChanged) {
-  const std::string path = ::testing::TempDir() + "/small-estimate.gguf";
+  const std::string path = reclaim::testing::temp_path("small-estimate.gguf");
   std::filesystem::copy_file(small_model("spm"), path, std::filesystem::copy_options::overwrite_existing);
   Registry reg(options(), {{"m", path}});
   reg.load("m");

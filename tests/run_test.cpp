@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "cli_support.h"
+#include "temp_path.h"
 
 using namespace reclaim::testing;
 
@@ -42,9 +43,8 @@ std::string with_architecture(const std::string& from, const std::string& arch) 
   at += key.size() + 4 + 8;  // value type (u32), string length (u64)
   EXPECT_EQ(bytes.substr(at, 5), "llama");
   bytes.replace(at, 5, arch);
-  std::string out = ::testing::TempDir() + "/arch_" + arch + ".gguf";
+  std::string out = reclaim::testing::temp_path("arch_" + arch + ".gguf");
   std::ofstream(out, std::ios::binary) << bytes;
-  made().paths.push_back(out);
   return out;
 }
 
@@ -81,9 +81,8 @@ TEST(Run, ChatUsesTheModelsTemplateAndStopStringsEndIt) {
   EXPECT_EQ(j["tokens"].size(), 8u);
   // The same prompt, written out by hand, gives the same tokens.
   // (llama.cpp recognises the template as chatml and formats it without Jinja.)
-  const std::string file = ::testing::TempDir() + "/chat_prompt.txt";
+  const std::string file = reclaim::testing::temp_path("chat_prompt.txt");
   std::ofstream(file) << "<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n";
-  made().paths.push_back(file);
   nlohmann::json raw = run_json("-m " + bpe() + " -f " + file + " -n 8 --temp 0");
   EXPECT_EQ(raw["tokens"], j["tokens"]);
   const std::string text = j["text"];
@@ -108,11 +107,11 @@ TEST(Run, CtrlCStopsReleasesEverythingAndExits130) {
 
 TEST(Run, AClosedStdoutCancelsTheRequest) {
   const std::string cmd = "bash -c '" + std::string(RECLAIM_BIN) + " --log-resources run -m " + spm() +
-                          " -p Once -n -1 --ctx 2048 2>" + ::testing::TempDir() + "/closed.err | head -c 1 >/dev/null;"
+                          " -p Once -n -1 --ctx 2048 2>" + reclaim::testing::temp_path("closed.err") + " | head -c 1 >/dev/null;"
                           " exit ${PIPESTATUS[0]}'";
   const int st = exit_code(std::system(cmd.c_str()));
   EXPECT_EQ(st, 141);
-  std::ifstream f(::testing::TempDir() + "/closed.err");
+  std::ifstream f(reclaim::testing::temp_path("closed.err"));
   std::string err((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   auto [acquires, releases] = ledger_events(err);
   EXPECT_GE(acquires, 4);  // model, threadpool, context, batch
@@ -123,9 +122,8 @@ TEST(Run, BadInputIsOneClearLineAndExit2) {
   struct Case {
     std::string args, says;
   };
-  const std::string text = ::testing::TempDir() + "/not_a_model.txt";
+  const std::string text = reclaim::testing::temp_path("not_a_model.txt");
   std::ofstream(text) << "this is plain text, not a model";
-  made().paths.push_back(text);
   const std::vector<Case> cases = {
       {"-m /nonexistent.gguf -p x", "/nonexistent.gguf"},
       {"-m " + text + " -p x", "not a GGUF file"},

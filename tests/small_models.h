@@ -8,6 +8,7 @@
 
 #include "engine/session.h"
 #include "engine/test_model.h"
+#include "temp_path.h"
 
 namespace reclaim::testing {
 
@@ -16,7 +17,7 @@ inline const std::string& small_model(const std::string& vocab) {
   static std::map<std::string, std::string> made;
   auto it = made.find(vocab);
   if (it != made.end()) return it->second;
-  std::string path = ::testing::TempDir() + "/small-" + vocab + ".gguf";
+  std::string path = reclaim::testing::temp_path("small-" + vocab + ".gguf");
   TestModelSpec s;
   s.vocab = vocab;
   s.n_embd = 64;

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "temp_path.h"
 
 using namespace reclaim;
 
@@ -32,8 +33,8 @@ TestModelSpec tiny(const std::string& vocab, const std::string& type = "f16") {
 }  // namespace
 
 TEST(TestModel, SameArgumentsGiveTheSameBytes) {
-  std::string a = ::testing::TempDir() + "/tm_a.gguf", b = ::testing::TempDir() + "/tm_b.gguf",
-              c = ::testing::TempDir() + "/tm_c.gguf";
+  std::string a = reclaim::testing::temp_path("tm_a.gguf"), b = reclaim::testing::temp_path("tm_b.gguf"),
+              c = reclaim::testing::temp_path("tm_c.gguf");
   make_test_model(tiny("spm"), a);
   make_test_model(tiny("spm"), b);
   TestModelSpec other = tiny("spm");
@@ -48,7 +49,7 @@ TEST(TestModel, SameArgumentsGiveTheSameBytes) {
 TEST(TestModel, LoadsAndGeneratesInLlama) {
   for (const char* vocab : {"spm", "bpe"}) {
     for (const char* type : {"f32", "f16", "q8_0"}) {
-      std::string path = ::testing::TempDir() + "/tm_" + vocab + "_" + type + ".gguf";
+      std::string path = reclaim::testing::temp_path(std::string("tm_") + vocab + "_" + type + ".gguf");
       TestModelShape shape = make_test_model(tiny(vocab, type), path);
       llama_model* m = llama_model_load_from_file(path.c_str(), llama_model_default_params());
       ASSERT_NE(m, nullptr) << vocab << " " << type;
@@ -86,15 +87,15 @@ TEST(TestModel, SizeTargetIsMet) {
 
 TEST(TestModel, BadInputIsAClearError) {
   TestModelSpec s = tiny("/nonexistent/vocab.gguf");
-  EXPECT_THROW(make_test_model(s, ::testing::TempDir() + "/x.gguf"), Error);
+  EXPECT_THROW(make_test_model(s, reclaim::testing::temp_path("x.gguf")), Error);
   s = tiny("spm", "q4_k");
   try {
-    make_test_model(s, ::testing::TempDir() + "/x.gguf");
+    make_test_model(s, reclaim::testing::temp_path("x.gguf"));
     FAIL();
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("q4_k"), std::string::npos);
   }
   s = tiny("spm");
   s.n_embd = 100;
-  EXPECT_THROW(make_test_model(s, ::testing::TempDir() + "/x.gguf"), Error);
+  EXPECT_THROW(make_test_model(s, reclaim::testing::temp_path("x.gguf")), Error);
 }

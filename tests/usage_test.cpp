@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "core/size.h"
+#include "temp_path.h"
 
 using namespace reclaim;
 
@@ -55,7 +56,7 @@ TEST(Usage, SeesAnonMemoryAndMappings) {
 }
 
 TEST(Usage, SeesMappedModelFiles) {
-  std::string path = ::testing::TempDir() + "/usage_test_model.gguf";
+  std::string path = reclaim::testing::temp_path("usage_test_model.gguf");
   int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0644);
   ASSERT_GE(fd, 0);
   ASSERT_EQ(::ftruncate(fd, 1 << 20), 0);

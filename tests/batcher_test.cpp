@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <functional>
 #include <future>
 #include <thread>
 
@@ -193,6 +194,63 @@ TEST(Batcher, ACallerThatThrowsFromItsTextHookLeavesNothingBehind) {
   Model fresh(load());
   Session s(fresh, small_session());
   EXPECT_EQ(b.generate(request(kPrompts[2])).tokens, generate(s, request(kPrompts[2])).tokens);
+}
+
+// A decode that fails at a step of two generating requests: both end with
+// the error and their KV cells gone, and the one that was waiting for a
+// sequence then runs as it would alone.
+void expect_a_failed_step_ends_its_requests(const std::function<int32_t(int step, llama_context*, llama_batch)>& decode,
+                                            const std::string& error) {
+  Model model(load());
+  const std::vector<GenerateRequest> reqs = {request(kPrompts[0], 40), request(kPrompts[1], 40), request(kPrompts[2])};
+  const std::vector<GenerateResult> want = alone(model, reqs);
+  BatcherOptions o = batching(2);
+  std::atomic<int> steps{0};
+  o.decode = [&](llama_context* ctx, llama_batch b) { return decode(++steps, ctx, b); };
+  Batcher& b = model.start_batcher(o);
+  std::vector<std::future<GenerateResult>> got;
+  {
+    // Held until all three are in: the first two take the sequences in
+    // order, and the third waits for one.
+    std::lock_guard hold(model.decode_mutex());
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      got.push_back(std::async(std::launch::async, [&, i] { return b.generate(reqs[i]); }));
+      while (b.active() + b.waiting() < i + 1) std::this_thread::yield();
+    }
+  }
+  for (size_t i = 0; i < 2; ++i) {
+    try {
+      got[i].get();
+      ADD_FAILURE() << "request " << i << " did not fail with its step";
+    } catch (const std::exception& e) {
+      EXPECT_NE(std::string(e.what()).find(error), std::string::npos) << e.what();
+    }
+  }
+  const GenerateResult third = got[2].get();
+  EXPECT_EQ(third.tokens, want[2].tokens);
+  EXPECT_EQ(b.active(), 0u);
+  EXPECT_EQ(b.waiting(), 0u);
+  for (int32_t s = 0; s < b.n_seq(); ++s) EXPECT_TRUE(sequence_empty(b, s)) << "sequence " << s;
+  EXPECT_EQ(request_entries(), 0u);
+}
+
+TEST(Batcher, AFailedDecodeEndsEveryRequestInItsStepAndTheRestRunOn) {
+  // The step decodes, so its cells are written, and then reports a failure.
+  expect_a_failed_step_ends_its_requests(
+      [](int step, llama_context* ctx, llama_batch b) {
+        const int32_t rc = llama_decode(ctx, b);
+        return step == 5 ? -3 : rc;
+      },
+      "llama_decode failed (code -3) at a batch of 2 tokens of 2 requests");
+}
+
+TEST(Batcher, AStepThatThrowsEndsEveryRequestInItAndTheRestRunOn) {
+  expect_a_failed_step_ends_its_requests(
+      [](int step, llama_context* ctx, llama_batch b) {
+        if (step == 5) throw std::runtime_error("compute buffer lost");
+        return llama_decode(ctx, b);
+      },
+      "compute buffer lost");
 }
 
 TEST(Batcher, EachSequenceHasTheContextAskedFor) {

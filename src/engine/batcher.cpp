@@ -58,7 +58,9 @@ struct Batcher::Job {
 };
 
 Batcher::Batcher(Model& model, const BatcherOptions& o)
-    : model_(model), scope_(model.scope(), "batch", ScopeOptions{.release_heap_on_close = true}), n_seq_(o.n_seq) {
+    : model_(model), scope_(model.scope(), "batch", ScopeOptions{.release_heap_on_close = true}),
+      n_seq_(o.n_seq),
+      decode_(o.decode ? o.decode : llama_decode) {
   llama_context_params cp = batch_context_params(o, model.info().n_ctx_train, model.n_threads());
   cp.abort_callback = abort_poll;
   cp.abort_callback_data = this;
@@ -297,7 +299,7 @@ bool Batcher::step() {
   int32_t rc;
   {
     std::lock_guard lock(model_.decode_mutex());  // one graph at a time on the model's pool
-    rc = llama_decode(ctx_.get(), b);
+    rc = decode_(ctx_.get(), b);
   }
   steps_.fetch_add(1);
   tokens_.fetch_add(static_cast<uint64_t>(b.n_tokens));

@@ -19,6 +19,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -38,6 +39,9 @@ class Model;
 struct BatcherOptions {
   int32_t n_seq = 1;       // requests decoding at once; more wait for a free sequence
   SessionOptions session;  // n_ctx: each sequence's context; n_batch: tokens a step
+  // What each step's batch is decoded with; empty: llama_decode. Tests put a
+  // failing one here: llama.cpp offers no way to make a valid batch fail.
+  std::function<int32_t(llama_context*, llama_batch)> decode;
 };
 
 // The context a Batcher makes: n_seq sequences of session.n_ctx positions
@@ -87,6 +91,7 @@ class Batcher {
   Owned<llama_context> ctx_;
   Owned<llama_batch> batch_;
   int32_t n_seq_ = 1, n_ctx_seq_ = 0, n_batch_ = 0;
+  std::function<int32_t(llama_context*, llama_batch)> decode_;
 
   mutable std::mutex mu_;
   std::condition_variable work_cv_;

@@ -36,13 +36,17 @@ struct SideStats {
   int64_t anon_growth = 0;
 };
 
-void add(SideStats& s, const SideResult& r) {
+// The median cycle of one child, for the round's own ratio.
+double add(SideStats& s, const SideResult& r) {
+  std::vector<double> round;
   for (size_t i = 1; i < r.cycles.size(); ++i) {
+    round.push_back(r.cycles[i].seconds);
     s.seconds.push_back(r.cycles[i].seconds);
     s.faults.push_back(static_cast<double>(r.cycles[i].minor_faults));
   }
   for (size_t i = 0; i < r.cycles.size(); ++i) s.worst_anon_residue = std::max(s.worst_anon_residue, residue(r, i).anon);
   s.anon_growth = std::max(s.anon_growth, residue(r, r.cycles.size() - 1).anon - residue(r, 0).anon);
+  return median(round);
 }
 
 }  // namespace
@@ -66,31 +70,41 @@ int main(int argc, char** argv) {
     o.load_mode = load_mode;
     std::printf("model %s, load mode %s, %d cycles x %d rounds per side and scenario\n", o.model.c_str(),
                 load_mode.c_str(), cycles, rounds);
-    std::printf("%-18s %10s %11s %7s %11s %14s %13s %16s %11s %14s\n", "scenario", "raw ms", "reclaim ms", "ratio",
-                "raw faults", "reclaim faults", "raw residue", "reclaim residue", "raw growth", "reclaim growth");
+    std::printf("%-18s %10s %11s %7s %13s %11s %14s %13s %16s %11s %14s\n", "scenario", "raw ms", "reclaim ms", "ratio",
+                "round ratios", "raw faults", "reclaim faults", "raw residue", "reclaim residue", "raw growth", "reclaim growth");
     std::fflush(stdout);
     for (Scenario sc : kAllScenarios) {
       if (scenario != "all" && scenario_from_name(scenario) != sc) continue;
       o.scenario = sc;
       SideStats raw, rec;
+      // Each round's own ratio, of two children run back to back: their
+      // spread says how much of the ratio is the machine's noise.
+      double lo = 0, hi = 0;
       for (int r = 0; r < rounds; ++r) {
+        double mr, mc;
         // Alternate which side goes first.
         if (r % 2 == 0) {
-          add(raw, run_side_in_child("raw", o));
-          add(rec, run_side_in_child("reclaim", o));
+          mr = add(raw, run_side_in_child("raw", o));
+          mc = add(rec, run_side_in_child("reclaim", o));
         } else {
-          add(rec, run_side_in_child("reclaim", o));
-          add(raw, run_side_in_child("raw", o));
+          mc = add(rec, run_side_in_child("reclaim", o));
+          mr = add(raw, run_side_in_child("raw", o));
         }
+        const double q = mr > 0 ? mc / mr : 0.0;
+        lo = r == 0 ? q : std::min(lo, q);
+        hi = r == 0 ? q : std::max(hi, q);
       }
       double mr = median(raw.seconds) * 1e3, mc = median(rec.seconds) * 1e3;
-      std::printf("%-18s %10.1f %11.1f %7.3f %11.0f %14.0f %13s %16s %11s %14s\n", scenario_name(sc), mr, mc,
-                  mr > 0 ? mc / mr : 0.0, median(raw.faults), median(rec.faults),
+      char spread[32];
+      std::snprintf(spread, sizeof spread, "%.3f-%.3f", lo, hi);
+      std::printf("%-18s %10.1f %11.1f %7.3f %13s %11.0f %14.0f %13s %16s %11s %14s\n", scenario_name(sc), mr, mc,
+                  mr > 0 ? mc / mr : 0.0, spread, median(raw.faults), median(rec.faults),
                   format_bytes(raw.worst_anon_residue).c_str(), format_bytes(rec.worst_anon_residue).c_str(),
                   format_bytes(raw.anon_growth).c_str(), format_bytes(rec.anon_growth).c_str());
       std::fflush(stdout);  // a full run takes a quarter of an hour: each row as it is measured
     }
-    std::printf("ratio = reclaim / raw median cycle time (target <= 1.05); faults = median minor page faults a cycle; "
+    std::printf("ratio = reclaim / raw median cycle time (target <= 1.05); round ratios = the lowest and highest "
+                "of one round's two children; faults = median minor page faults a cycle; "
                 "residue = worst anon RSS residue of a cycle (target <= 1 MiB for reclaim)\n");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench-cycles: %s\n", e.what());

@@ -1,10 +1,5 @@
 #include "audit/audit.h"
 
-#include <spawn.h>
-#include <sys/wait.h>
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <climits>
@@ -12,11 +7,10 @@
 #include <cstring>
 #include <iostream>
 
+#include "core/child.h"
 #include "core/defer.h"
 #include "core/error.h"
 #include "core/heap.h"
-
-extern char** environ;
 
 namespace reclaim::audit {
 
@@ -77,68 +71,27 @@ std::vector<Check> evaluate(const SideResult& r, const Thresholds& limits) {
   return checks;
 }
 
-namespace {
-
-std::string self_exe() {
-  char buf[PATH_MAX];
-  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
-  if (n <= 0) throw Error(std::string("cannot find this program's path: ") + std::strerror(errno));
-  buf[n] = '\0';
-  return buf;
-}
-
-}  // namespace
-
 SideResult run_side_in_child(const std::string& side, const CycleOptions& o) {
-  std::string exe = self_exe();
-  std::string args = to_json(o).dump();
-  int pipefd[2];
-  if (::pipe2(pipefd, O_CLOEXEC) != 0) throw Error(std::string("pipe: ") + std::strerror(errno));
-  Defer close_read([&] { ::close(pipefd[0]); });
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  Defer destroy_actions([&] { posix_spawn_file_actions_destroy(&actions); });
-  posix_spawn_file_actions_adddup2(&actions, pipefd[1], STDOUT_FILENO);
-  std::string arg0 = "reclaim", arg1 = "__audit-side";
-  std::string side_arg = side;
-  char* argv[] = {arg0.data(), arg1.data(), side_arg.data(), args.data(), nullptr};
+  ChildOptions co;
+  co.argv = {self_exe(), "__audit-side", side, to_json(o).dump()};
   // The raw side runs in the environment this program was started with,
   // without the allocator tunables that reclaim sets for itself, and with
   // ggml's own buffers (engine/ggml_buffers.cpp is linked into this binary).
-  std::vector<std::string> env_store;
-  std::vector<char*> env;
   if (side == "raw") {
-    env_store = original_environment();
-    std::erase_if(env_store, [](const std::string& e) { return e.rfind("RECLAIM_HUGE_BUFFERS=", 0) == 0; });
-    env_store.push_back("RECLAIM_HUGE_BUFFERS=0");
-    for (std::string& e : env_store) env.push_back(e.data());
-    env.push_back(nullptr);
+    co.env = original_environment();
+    std::erase_if(co.env, [](const std::string& e) { return e.rfind("RECLAIM_HUGE_BUFFERS=", 0) == 0; });
+    co.env.push_back("RECLAIM_HUGE_BUFFERS=0");
   }
-  pid_t pid = 0;
-  int rc = ::posix_spawn(&pid, exe.c_str(), &actions, nullptr, argv, side == "raw" ? env.data() : environ);
-  ::close(pipefd[1]);
-  if (rc != 0) throw Error("cannot start the " + side + " side: " + std::strerror(rc));
-  std::string out;
-  char buf[65536];
-  for (;;) {
-    ssize_t n = ::read(pipefd[0], buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    out.append(buf, static_cast<size_t>(n));
+  co.pass_stderr = true;  // the side's own notes and errors are the user's
+  const ChildResult c = run_child(co);
+  if (c.signal != 0) {
+    throw Error("the " + side + " side of " + scenario_name(o.scenario) + " died of signal " + std::to_string(c.signal));
   }
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (WIFSIGNALED(status)) {
-    throw Error("the " + side + " side of " + scenario_name(o.scenario) + " died of signal " +
-                std::to_string(WTERMSIG(status)));
-  }
-  if (WEXITSTATUS(status) != 0) {
-    throw Error("the " + side + " side of " + scenario_name(o.scenario) + " failed (exit " +
-                std::to_string(WEXITSTATUS(status)) + ")");
+  if (c.exit_code != 0) {
+    throw Error("the " + side + " side of " + scenario_name(o.scenario) + " failed (exit " + std::to_string(c.exit_code) + ")");
   }
   try {
-    return side_result_from_json(nlohmann::json::parse(out));
+    return side_result_from_json(nlohmann::json::parse(c.out));
   } catch (const nlohmann::json::exception& e) {
     throw Error("the " + side + " side sent a result that is not valid JSON: " + e.what());
   }

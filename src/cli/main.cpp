@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/heap.h"
 #include "core/ledger.h"
+#include "engine/vet.h"
 
 int main(int argc, char** argv) {
   reclaim::reexec_with_heap_tunables(argv);
@@ -16,6 +17,9 @@ int main(int argc, char** argv) {
   if (argc == 4 && std::strcmp(argv[1], "__audit-side") == 0) {
     return reclaim::audit::audit_side_main(argv[2], argv[3]);
   }
+  // The vetting child (runtime/vetter.h): a model file that crashes it
+  // crashes only it.
+  if (argc >= 2 && std::strcmp(argv[1], reclaim::kVetArg) == 0) return reclaim::vet_child_main(argc, argv);
   CLI::App app{"reclaim: an LLM runtime that gives back everything it takes"};
   app.require_subcommand(1);
   bool log_resources = false;

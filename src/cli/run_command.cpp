@@ -14,6 +14,7 @@
 
 #include "cli/commands.h"
 #include "core/cancel.h"
+#include "core/child.h"
 #include "core/error.h"
 #include "core/size.h"
 #include "engine/chat.h"
@@ -22,6 +23,8 @@
 #include "engine/progress.h"
 #include "engine/runtime.h"
 #include "engine/test_model.h"
+#include "engine/vet.h"
+#include "runtime/vetter.h"
 
 namespace reclaim::cli {
 
@@ -62,7 +65,7 @@ struct Args {
   float temp = 0.8f, top_p = 0.95f, min_p = 0.05f, repeat_penalty = 1.0f;
   int32_t top_k = 40, repeat_last_n = 64;
   int64_t seed = -1;
-  bool json = false, verbose = false;
+  bool json = false, verbose = false, trust_models = false;
 };
 
 nlohmann::json result_json(const GenerateResult& r, const Model& model) {
@@ -127,7 +130,21 @@ int run(const Args& a) {
     // killed. Without --ctx the context is 4096, or the training context if
     // that is smaller, which only the file says: then a second estimate.
     so.n_ctx = a.ctx > 0 ? a.ctx : 4096;
-    MemoryEstimate e = estimate_memory(load, session_context_params(so, 0, threads), &info);
+    MemoryEstimate e;
+    if (a.trust_models) {
+      e = estimate_memory(load, session_context_params(so, 0, threads), &info);
+    } else {
+      // In a child first: a file that makes llama.cpp abort ends that child,
+      // and this one says what was wrong (runtime/vetter.h).
+      Vetter vetter(VetterOptions{.program = {self_exe(), kVetArg}});
+      VetRequest q;
+      q.path = load.path;
+      q.n_gpu_layers = load.n_gpu_layers;
+      q.context = session_context_params(so, 0, threads);
+      VetReport r = vetter.vet(q);
+      e = r.estimate;
+      info = r.info;
+    }
     if (a.ctx == 0 && info.n_ctx_train > 0 && info.n_ctx_train < so.n_ctx) {
       so.n_ctx = info.n_ctx_train;
       e = estimate_memory(load, session_context_params(so, 0, threads));
@@ -152,6 +169,9 @@ int run(const Args& a) {
   bool stdout_gone = false;
   try {
     Model model(load);
+    if (!has_tokenizer(model.vocab())) {
+      throw Error("model '" + load.path + "' has no tokenizer (llama.cpp's no_vocab): it takes token ids, not the text that reclaim run reads");
+    }
     if (!a.chat.empty()) {
       std::vector<ChatMessage> msgs;
       if (!a.system.empty()) msgs.push_back({"system", a.system});
@@ -228,6 +248,7 @@ Command add_run(CLI::App& app) {
   sub->add_option("--gpu-layers", a->gpu_layers, "layers on the accelerator (-1: all)")->capture_default_str();
   sub->add_flag("--json", a->json, "print one JSON object (text, tokens, finish reason, timings) instead of streaming");
   sub->add_flag("--verbose", a->verbose, "pass llama.cpp's log through to stderr");
+  sub->add_flag("--trust-models", a->trust_models, "load the model without vetting it in a child process first");
   return [a] { return run(*a); };
 }
 

@@ -12,11 +12,14 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "core/child.h"
+#include "core/defer.h"
 #include "core/heap.h"
 #include "core/ledger.h"
 #include "core/size.h"
 #include "engine/runtime.h"
 #include "engine/test_model.h"
+#include "engine/vet.h"
 #include "runtime/registry.h"
 #include "server/openai.h"
 #include "server/server.h"
@@ -28,9 +31,9 @@ namespace {
 struct Args {
   std::vector<std::string> models, pins, preload;
   std::string models_dir, host = "127.0.0.1", api_key, api_key_file, memory_budget = "0", keep_alive = "5m";
-  std::string unload_timeout = "30s", shutdown_timeout = "30s", chat_template, load_mode = "mmap";
+  std::string unload_timeout = "30s", shutdown_timeout = "30s", chat_template, load_mode = "mmap", vet_timeout = "10m";
   int port = 8080, max_loaded = 0, ctx = 4096, threads = 0, parallel = 1, batch = 512, max_queue = 32;
-  bool no_autoload = false, verbose = false;
+  bool no_autoload = false, verbose = false, trust_models = false;
 };
 
 Millis duration(const std::string& text, const std::string& flag) {
@@ -109,6 +112,15 @@ int serve(const Args& a) {
   opts.log = true;
   opts.session.n_ctx = a.ctx;
   opts.session.n_batch = a.batch;
+  if (!a.trust_models) {
+    // This program is its own vetting child (main.cpp): a file that makes
+    // llama.cpp abort ends that child, not the server.
+    VetterOptions vo;
+    vo.program = {self_exe(), kVetArg};
+    vo.timeout = duration(a.vet_timeout, "vet-timeout");
+    vo.log = true;
+    opts.vetter = std::make_shared<Vetter>(std::move(vo));
+  }
   server::ServerOptions so;
   so.host = a.host;
   so.port = a.port;
@@ -132,6 +144,12 @@ int serve(const Args& a) {
   server::Server http(so, registry);
   const int port = http.bind();
   std::thread server_thread([&] { http.run(); });
+  // Whatever fails from here on, the HTTP side stops before its thread is
+  // destroyed (a joinable std::thread would end the process).
+  Defer stop_http([&] {
+    http.stop();
+    server_thread.join();
+  });
   // The HTTP side starts its worker threads when it starts listening.
   while (!http.running()) std::this_thread::yield();
   // The server's own threads took stacks from the cache that start-up
@@ -139,7 +157,16 @@ int serve(const Args& a) {
   warm_thread_stack_cache();
   release_free_heap();
   http.set_baseline(Usage::capture());
-  for (const std::string& name : a.preload) registry.load(name);
+  // After the baseline, which a vetting child's pipes would be in. The first
+  // request for a model then finds its file's verdict ready.
+  registry.vet_in_background();
+  for (const std::string& name : a.preload) {
+    try {
+      registry.load(name);
+    } catch (const std::exception& e) {
+      throw Error("--preload " + name + ": " + e.what());
+    }
+  }
   std::printf("reclaim: listening on http://%s:%d (%zu models)\n", a.host.c_str(), port, registry.list().size());
   std::fflush(stdout);
 
@@ -152,6 +179,7 @@ int serve(const Args& a) {
   std::thread stopper([&] { http.stop(); });
   registry.unload_all(UnloadMode::drain, shutdown_timeout);
   stopper.join();
+  std::move(stop_http).cancel();
   server_thread.join();
   const LedgerTotals left = Ledger::process().totals();
   std::fprintf(stderr, "reclaim: stopped; ledger: %llu entries, %s\n", static_cast<unsigned long long>(left.count),
@@ -193,6 +221,9 @@ Command add_serve(CLI::App& app) {
       ->capture_default_str()->check(CLI::Range(0, 100000));
   sub->add_option("--load-mode", a->load_mode, "mmap, none, mlock or mmap-mlock")->capture_default_str();
   sub->add_flag("--verbose", a->verbose, "pass llama.cpp's log through to stderr");
+  sub->add_flag("--trust-models", a->trust_models,
+                "load model files without vetting them in a child process first (a damaged file can then end the server)");
+  sub->add_option("--vet-timeout", a->vet_timeout, "how long the vetting of one model file may take")->capture_default_str();
   return [a] { return serve(*a); };
 }
 

@@ -17,8 +17,22 @@ const char* finish_reason_name(FinishReason r) {
   return "?";
 }
 
+bool has_tokenizer(const llama_vocab* vocab) { return llama_vocab_type(vocab) != LLAMA_VOCAB_TYPE_NONE; }
+
+void check_token_ids(const llama_vocab* vocab, const std::vector<llama_token>& tokens) {
+  const int32_t n_vocab = llama_vocab_n_tokens(vocab);
+  for (llama_token t : tokens) {
+    if (t < 0 || t >= n_vocab) {
+      throw BadPrompt("prompt token " + std::to_string(t) + " is not in the vocabulary (0.." + std::to_string(n_vocab - 1) + ")");
+    }
+  }
+}
+
 std::vector<llama_token> tokenize(const llama_vocab* vocab, std::string_view text, bool add_special,
                                   bool parse_special) {
+  if (!has_tokenizer(vocab)) {
+    throw NoTokenizer("this model has no tokenizer (llama.cpp's no_vocab): it takes token ids, not text");
+  }
   if (text.size() > static_cast<size_t>(INT32_MAX) / 2) throw Error("prompt of " + std::to_string(text.size()) + " bytes is too long to tokenize");
   const auto len = static_cast<int32_t>(text.size());
   // A token is at least one byte, plus BOS/EOS.
@@ -36,6 +50,7 @@ std::vector<llama_token> tokenize(const llama_vocab* vocab, std::string_view tex
 }
 
 std::string token_piece(const llama_vocab* vocab, llama_token token) {
+  if (!has_tokenizer(vocab)) return {};
   char buf[256];
   int32_t n = llama_token_to_piece(vocab, token, buf, sizeof buf, 0, false);
   if (n >= 0) return std::string(buf, static_cast<size_t>(n));

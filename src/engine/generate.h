@@ -65,6 +65,23 @@ class ContextOverflow : public Error {
   using Error::Error;
 };
 
+// A prompt the model cannot take: empty, or with a token id outside its
+// vocabulary, or text for a model without a tokenizer (NoTokenizer).
+class BadPrompt : public Error {
+ public:
+  using Error::Error;
+};
+class NoTokenizer : public BadPrompt {
+ public:
+  using BadPrompt::BadPrompt;
+};
+
+// False for a model without a tokenizer (llama.cpp's no_vocab): it takes and
+// gives token ids only, and llama.cpp asserts on any text operation.
+bool has_tokenizer(const llama_vocab* vocab);
+// Throws BadPrompt unless every id is in the vocabulary.
+void check_token_ids(const llama_vocab* vocab, const std::vector<llama_token>& tokens);
+
 GenerateResult generate(Session& session, const GenerateRequest& request, const GenerateHooks& hooks = {});
 
 // Throws ContextOverflow when a prompt of `n_prompt` tokens with up to
@@ -73,9 +90,11 @@ GenerateResult generate(Session& session, const GenerateRequest& request, const 
 // n_prompt + max_tokens - 1 positions.
 void check_context_fits(int32_t n_prompt, int32_t max_tokens, int32_t n_ctx);
 
+// Throws NoTokenizer for a model without one.
 std::vector<llama_token> tokenize(const llama_vocab* vocab, std::string_view text, bool add_special,
                                   bool parse_special = true);
-// The bytes of one token as text (special tokens render as nothing).
+// The bytes of one token as text (special tokens render as nothing; every
+// token of a model without a tokenizer is empty).
 std::string token_piece(const llama_vocab* vocab, llama_token token);
 
 }  // namespace reclaim

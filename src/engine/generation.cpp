@@ -5,13 +5,8 @@ namespace reclaim {
 std::vector<llama_token> prompt_tokens(const llama_vocab* vocab, const GenerateRequest& req, int32_t n_ctx) {
   std::vector<llama_token> prompt =
       req.prompt_tokens.empty() ? tokenize(vocab, req.prompt, req.add_special) : req.prompt_tokens;
-  const int32_t n_vocab = llama_vocab_n_tokens(vocab);
-  for (llama_token t : prompt) {
-    if (t < 0 || t >= n_vocab) {
-      throw Error("prompt token " + std::to_string(t) + " is not in the vocabulary (0.." + std::to_string(n_vocab - 1) + ")");
-    }
-  }
-  if (prompt.empty()) throw Error("the prompt is empty (no tokens)");
+  check_token_ids(vocab, prompt);
+  if (prompt.empty()) throw BadPrompt("the prompt is empty (no tokens)");
   check_context_fits(static_cast<int32_t>(prompt.size()), req.max_tokens, n_ctx);
   return prompt;
 }

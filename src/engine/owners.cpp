@@ -48,14 +48,14 @@ void check_model_file(const std::string& path) {
   char magic[4] = {};
   size_t got = std::fread(magic, 1, 4, f.get());
   if (got < 4) {
-    throw Error("model file '" + path + "' is " + std::to_string(st.st_size) + " bytes long, too short for a GGUF header");
+    throw InvalidModelFile("model file '" + path + "' is " + std::to_string(st.st_size) + " bytes long, too short for a GGUF header");
   }
   if (std::memcmp(magic, "GGUF", 4) != 0) {
     char shown[32];
     std::snprintf(shown, sizeof shown, "%02x %02x %02x %02x", static_cast<unsigned char>(magic[0]),
                   static_cast<unsigned char>(magic[1]), static_cast<unsigned char>(magic[2]),
                   static_cast<unsigned char>(magic[3]));
-    throw Error("model file '" + path + "' is not a GGUF file (starts with bytes " + shown + ", expected 'GGUF')");
+    throw InvalidModelFile("model file '" + path + "' is not a GGUF file (starts with bytes " + shown + ", expected 'GGUF')");
   }
 }
 

@@ -59,8 +59,16 @@ class LoadAborted : public Error {
   using Error::Error;
 };
 
+// A model file that cannot be served: damaged, or not what it says it is.
+// The message names the file and what is wrong with it.
+class InvalidModelFile : public Error {
+ public:
+  using Error::Error;
+};
+
 // Checks that `path` is a readable GGUF file before llama.cpp sees it, so that
-// the error names the real problem (missing, a directory, not GGUF, empty).
+// the error names the real problem: missing or unreadable (Error), or not
+// GGUF, too short (InvalidModelFile).
 void check_model_file(const std::string& path);
 
 // llama_model_load_from_file with the blocks it makes in an arena of their

@@ -95,6 +95,7 @@ void write_all(std::FILE* f, const void* data, size_t n, const std::string& path
 }  // namespace
 
 std::string vocab_file(const std::string& vocab) {
+  if (vocab == "none") return {};
   std::string file;
   if (vocab == "spm") file = "ggml-vocab-llama-spm.gguf";
   else if (vocab == "bpe") file = "ggml-vocab-qwen2.gguf";
@@ -111,9 +112,13 @@ std::string vocab_file(const std::string& vocab) {
 
 TestModelShape test_model_shape(const TestModelSpec& spec) {
   ggml_type type = type_from_name(spec.type);
-  GgufPtr vocab = open_vocab(vocab_file(spec.vocab));
   TestModelShape s;
-  s.n_vocab = static_cast<int64_t>(gguf_get_arr_n(vocab.get(), gguf_find_key(vocab.get(), "tokenizer.ggml.tokens")));
+  if (spec.vocab == "none") {
+    s.n_vocab = kNoVocabTokens;
+  } else {
+    GgufPtr vocab = open_vocab(vocab_file(spec.vocab));
+    s.n_vocab = static_cast<int64_t>(gguf_get_arr_n(vocab.get(), gguf_find_key(vocab.get(), "tokenizer.ggml.tokens")));
+  }
   if (spec.size > 0) {
     // The shape nearest the target size, preferring embeddings near half of
     // it, so that neither the vocab nor the layers are a token part.
@@ -154,7 +159,7 @@ TestModelShape make_test_model(const TestModelSpec& spec, const std::string& out
   ggml_type wtype = type_from_name(spec.type);
   std::string vocab_path = vocab_file(spec.vocab);
   TestModelShape s = test_model_shape(spec);
-  GgufPtr vocab = open_vocab(vocab_path);
+  GgufPtr vocab(vocab_path.empty() ? gguf_init_empty() : open_vocab(vocab_path).release());
   GgufPtr g(gguf_init_empty());
 
   gguf_set_val_str(g.get(), "general.architecture", "llama");
@@ -172,6 +177,8 @@ TestModelShape make_test_model(const TestModelSpec& spec, const std::string& out
   gguf_set_val_f32(g.get(), "llama.attention.layer_norm_rms_epsilon", 1e-5f);
   gguf_set_val_f32(g.get(), "llama.rope.freq_base", 10000.0f);
   gguf_set_val_u32(g.get(), "llama.vocab_size", static_cast<uint32_t>(s.n_vocab));
+  // As llama.cpp's tests/test-llama-archs writes it: token ids in and out.
+  if (vocab_path.empty()) gguf_set_val_str(g.get(), "tokenizer.ggml.model", "no_vocab");
   // Only the tokenizer: the vocab file's own architecture keys are another model's.
   for (int64_t i = 0; i < gguf_get_n_kv(vocab.get()); ++i) {
     const char* key = gguf_get_key(vocab.get(), i);

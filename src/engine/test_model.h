@@ -9,8 +9,14 @@
 
 namespace reclaim {
 
+// The tokens of a model without a tokenizer (vocab "none"), as many as
+// llama.cpp's tests/test-llama-archs gives its models.
+inline constexpr int64_t kNoVocabTokens = 128;
+
 struct TestModelSpec {
-  std::string vocab = "bpe";  // "spm", "bpe" or a path to a vocab GGUF
+  // "spm", "bpe", a path to a vocab GGUF, or "none": no tokenizer, only
+  // token ids (llama.cpp's no_vocab), as llama.cpp's own small test models.
+  std::string vocab = "bpe";
   std::string type = "f16";   // f32, f16 or q8_0
   int64_t size = 0;           // target file size in bytes; 0: use the shape below
   int64_t n_embd = 0, n_layer = 0, n_ff = 0;
@@ -24,7 +30,8 @@ struct TestModelShape {
 };
 
 // The vocab GGUF that `vocab` names: "spm" and "bpe" are looked up in
-// RECLAIM_VOCAB_DIR, else the llama.cpp models/ folder this build was set up with.
+// RECLAIM_VOCAB_DIR, else the llama.cpp models/ folder this build was set up
+// with; "none" names no file (empty).
 std::string vocab_file(const std::string& vocab);
 
 // Shape that a spec resolves to (reads the vocab size from the vocab file).

@@ -1,12 +1,11 @@
 #include "runtime/registry.h"
 
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <utility>
 
+#include "core/file_identity.h"
 #include "core/ledger.h"
 #include "core/size.h"
 #include "engine/batcher.h"
@@ -58,15 +57,6 @@ int64_t ledger_bytes_under(const std::string& path) {
     if (e.owner == path || e.owner.rfind(path + "/", 0) == 0) bytes += static_cast<int64_t>(e.bytes);
   }
   return bytes;
-}
-
-// Device, inode, size and modification time: a file replaced or rewritten
-// reads differently. Empty when it cannot be read (the load will say why).
-std::string file_identity(const std::string& path) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return {};
-  return std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino) + ":" + std::to_string(st.st_size) + ":" +
-         std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec);
 }
 
 }  // namespace
@@ -199,10 +189,9 @@ void Registry::load_locked(std::unique_lock<std::mutex>& lock, Entry& e) {
     std::lock_guard lock(mu_);  // the flag is read under the registry's lock
     return !stopping_;
   };
-  const int32_t threads = options_.n_threads > 0 ? options_.n_threads : default_threads();
   const BatcherOptions batching{options_.parallel, options_.session};
-  const llama_context_params cp = options_.parallel > 0 ? batch_context_params(batching, 0, threads)
-                                                        : session_context_params(options_.session, 0, threads);
+  const VetRequest vet = vet_request(e);
+  const llama_context_params& cp = vet.context;
   // The contexts that may be alive at once: the batch's one, or one a pooled slot, at least one.
   const int64_t n_contexts = options_.parallel > 0 ? 1 : std::max(1, options_.pooled_contexts);
 
@@ -222,7 +211,9 @@ void Registry::load_locked(std::unique_lock<std::mutex>& lock, Entry& e) {
   lock.unlock();
   if (!known) {
     try {
-      MemoryEstimate m = estimate_memory(load, cp);
+      // A file not yet vetted is read first in a child process, which may
+      // die of it; the child's estimate is the one this process would make.
+      MemoryEstimate m = options_.vetter ? options_.vetter->vet(vet).estimate : estimate_memory(load, cp);
       model_estimate = m.model_host + m.model_device;
       estimate = m.model_host + m.model_device + m.model_overhead +
                  n_contexts * (m.per_context_host() + m.context_device + m.compute_device);
@@ -272,6 +263,30 @@ void Registry::load_locked(std::unique_lock<std::mutex>& lock, Entry& e) {
   e.last_use = std::chrono::system_clock::now();
   e.last_use_steady = Steady::now();
   cv_.notify_all();
+}
+
+llama_context_params Registry::context_params() const {
+  const int32_t threads = options_.n_threads > 0 ? options_.n_threads : default_threads();
+  return options_.parallel > 0 ? batch_context_params(BatcherOptions{options_.parallel, options_.session}, 0, threads)
+                               : session_context_params(options_.session, 0, threads);
+}
+
+VetRequest Registry::vet_request(const Entry& e) const {
+  VetRequest q;
+  q.path = e.spec.path;
+  q.n_gpu_layers = options_.n_gpu_layers;
+  q.context = context_params();
+  return q;
+}
+
+void Registry::vet_in_background() {
+  if (!options_.vetter) return;
+  std::vector<VetRequest> qs;
+  {
+    std::lock_guard lock(mu_);
+    for (const Entry& e : entries_) qs.push_back(vet_request(e));
+  }
+  options_.vetter->vet_in_background(std::move(qs));
 }
 
 void Registry::make_room_locked(std::unique_lock<std::mutex>& lock, Entry& for_entry, int64_t needed) {

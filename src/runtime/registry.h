@@ -27,6 +27,7 @@
 #include "core/scope.h"
 #include "engine/model.h"
 #include "engine/session.h"
+#include "runtime/vetter.h"
 
 namespace reclaim {
 
@@ -59,6 +60,9 @@ struct RegistryOptions {
   int max_running = 0;
   int max_queue = 32;
   SessionOptions session;     // the context a request gets; sized into the estimate
+  // Vets each file in a child process before its first load (runtime/
+  // vetter.h); null: files are trusted, and estimated in this process.
+  std::shared_ptr<Vetter> vetter;
   bool log = false;           // a line on stderr for each load and unload (also RECLAIM_LOG=models)
 };
 
@@ -130,6 +134,9 @@ class Registry {
   ModelStatus status(const std::string& name) const;
   // Waits (on the registry's condition, not a sleep) until `name` is in `state`.
   bool wait_for_state(const std::string& name, ModelState state, Millis timeout) const;
+  // Queues every model's file for vetting, so that first requests find their
+  // verdicts ready. Does nothing without a vetter.
+  void vet_in_background();
   // Bytes the budget counts now: estimates of the models loaded or loading.
   int64_t accounted() const;
   const RegistryOptions& options() const { return options_; }
@@ -145,6 +152,9 @@ class Registry {
   Entry& find_locked(const std::string& name);
   const Entry& find_locked(const std::string& name) const;
   ModelStatus status_locked(const Entry& e) const;
+  // The context a load plans for, in the estimate and the vetting.
+  llama_context_params context_params() const;
+  VetRequest vet_request(const Entry& e) const;
   // With the lock held on entry and exit; drops it while loading.
   void load_locked(std::unique_lock<std::mutex>& lock, Entry& e);
   void make_room_locked(std::unique_lock<std::mutex>& lock, Entry& for_entry, int64_t needed);

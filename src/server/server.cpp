@@ -3,6 +3,8 @@
 #include <httplib.h>
 
 #include <atomic>
+#include <cerrno>
+#include <cstring>
 #include <chrono>
 #include <cstdio>
 #include <mutex>
@@ -51,6 +53,9 @@ ApiError to_api_error(const std::exception& ex) {
   if (dynamic_cast<const QueueFull*>(&ex)) return {429, "rate_limit_error", "queue_full", m, 1};
   if (dynamic_cast<const ContextOverflow*>(&ex)) return {400, "invalid_request_error", "context_length_exceeded", m, 0};
   if (dynamic_cast<const LoadAborted*>(&ex)) return {503, "server_error", "load_aborted", m, 5};
+  if (dynamic_cast<const InvalidModelFile*>(&ex)) return {422, "invalid_request_error", "invalid_model_file", m, 0};
+  if (dynamic_cast<const NoTokenizer*>(&ex)) return {400, "invalid_request_error", "model_has_no_tokenizer", m, 0};
+  if (dynamic_cast<const BadPrompt*>(&ex)) return {400, "invalid_request_error", "invalid_prompt", m, 0};
   return {500, "server_error", "", m, 0};
 }
 
@@ -80,8 +85,10 @@ struct Running {
 // starts for a request that cannot run.
 void prepare_prompt(Running& run) {
   GenerateRequest& g = run.req.generate;
-  if (g.prompt_tokens.empty()) g.prompt_tokens = tokenize(run.lease.model().vocab(), g.prompt, g.add_special);
+  const llama_vocab* vocab = run.lease.model().vocab();
+  if (g.prompt_tokens.empty()) g.prompt_tokens = tokenize(vocab, g.prompt, g.add_special);
   if (g.prompt_tokens.empty()) bad_request("the prompt is empty (no tokens)");
+  check_token_ids(vocab, g.prompt_tokens);
   const int32_t n_ctx = run.session.n_ctx > 0 ? run.session.n_ctx : run.lease.model().info().n_ctx_train;
   check_context_fits(static_cast<int32_t>(g.prompt_tokens.size()), g.max_tokens, n_ctx);
 }
@@ -126,12 +133,18 @@ void Server::shutdown_pool() {
 
 int Server::bind() {
   int port = options_.port;
+  errno = 0;
   if (port == 0) {
     port = http_->bind_to_any_port(options_.host);
   } else if (!http_->bind_to_port(options_.host, port)) {
     port = -1;
   }
-  if (port <= 0) throw Error("cannot listen on " + options_.host + ":" + std::to_string(options_.port));
+  // httplib returns no reason; bind(2)'s errno is the last one it set.
+  if (port <= 0) {
+    const int e = errno;
+    throw Error("cannot listen on " + options_.host + ":" + std::to_string(options_.port) +
+                (e != 0 ? std::string(": ") + std::strerror(e) : std::string()));
+  }
   return port;
 }
 
@@ -247,6 +260,11 @@ bool Server::complete(const httplib::Request& http_req, httplib::Response& res, 
   run->id = std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(g_next_id.fetch_add(1));
   run->created = unix_now();
   GenerateRequest& g = run->req.generate;
+  // Its replies would be empty, and llama.cpp asserts on any text it is given.
+  if (!has_tokenizer(run->lease.model().vocab())) {
+    throw NoTokenizer("model '" + run->req.model + "' has no tokenizer (llama.cpp's no_vocab): it reads and writes token ids "
+                      "only, and this endpoint answers in text");
+  }
   if (chat) {
     try {
       g.prompt = apply_chat_template(run->lease.model(), run->req.messages, options_.chat_template);

@@ -1,0 +1,148 @@
+#include "core/child.h"
+
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "core/defer.h"
+#include "core/error.h"
+
+extern char** environ;
+
+namespace reclaim {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Appends to `keep` up to `max` bytes; past that, keeps the tail when
+// `tail`, else the head.
+void keep_bytes(std::string& keep, const char* data, size_t n, size_t max, bool tail) {
+  keep.append(data, n);
+  if (keep.size() <= max) return;
+  if (tail) {
+    keep.erase(0, keep.size() - max);
+  } else {
+    keep.resize(max);
+  }
+}
+
+}  // namespace
+
+std::string ChildResult::how_it_ended() const {
+  if (timed_out) return "killed after running past its time limit";
+  if (stopped) return "killed: its owner stopped";
+  if (signal != 0) return "signal " + std::to_string(signal) + " (" + strsignal(signal) + ")";
+  return "exit " + std::to_string(exit_code);
+}
+
+std::string self_exe() {
+  char buf[PATH_MAX];
+  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) throw Error(std::string("cannot find this program's path: ") + std::strerror(errno));
+  buf[n] = '\0';
+  return buf;
+}
+
+ChildResult run_child(const ChildOptions& o) {
+  if (o.argv.empty()) throw Error("run_child: no program given");
+  int out_pipe[2], err_pipe[2];
+  if (::pipe2(out_pipe, O_CLOEXEC) != 0) throw Error(std::string("pipe: ") + std::strerror(errno));
+  Defer close_out([&] { ::close(out_pipe[0]); });
+  if (::pipe2(err_pipe, O_CLOEXEC) != 0) {
+    ::close(out_pipe[1]);
+    throw Error(std::string("pipe: ") + std::strerror(errno));
+  }
+  Defer close_err([&] { ::close(err_pipe[0]); });
+
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  Defer destroy_fa([&] { posix_spawn_file_actions_destroy(&fa); });
+  posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&fa, out_pipe[1], STDOUT_FILENO);
+  if (!o.pass_stderr) posix_spawn_file_actions_adddup2(&fa, err_pipe[1], STDERR_FILENO);
+  posix_spawn_file_actions_addclosefrom_np(&fa, 3);
+
+  std::vector<std::string> args = o.argv;
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::vector<std::string> env_store = o.env;
+  std::vector<char*> envp;
+  for (std::string& e : env_store) envp.push_back(e.data());
+  envp.push_back(nullptr);
+
+  pid_t pid = 0;
+  const int rc = ::posix_spawn(&pid, args[0].c_str(), &fa, nullptr, argv.data(), o.env.empty() ? environ : envp.data());
+  ::close(out_pipe[1]);
+  ::close(err_pipe[1]);
+  if (rc != 0) throw Error("cannot start '" + o.argv[0] + "': " + std::strerror(rc));
+
+  ChildResult r;
+  const Clock::time_point deadline = o.timeout.count() > 0 ? Clock::now() + o.timeout : Clock::time_point::max();
+  pollfd fds[3] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}, {o.stop_fd, POLLIN, 0}};
+  int open_fds = 2;
+  if (o.pass_stderr) {
+    fds[1].fd = -1;  // our end's writer is closed below; nothing will come
+    open_fds = 1;
+  }
+  char buf[65536];
+  while (open_fds > 0) {
+    int wait_ms = -1;
+    if (!r.timed_out && deadline != Clock::time_point::max()) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      if (left <= 0) {
+        // Reading stops here rather than at the pipes' end: a process the
+        // child started could keep them open after the child is gone.
+        ::kill(pid, SIGKILL);
+        r.timed_out = true;
+        break;
+      }
+      wait_ms = static_cast<int>(std::min<long long>(left, INT_MAX));
+    }
+    const int n = ::poll(fds, 3, wait_ms);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      ::kill(pid, SIGKILL);
+      break;
+    }
+    if (fds[2].fd >= 0 && fds[2].revents != 0) {
+      ::kill(pid, SIGKILL);
+      r.stopped = true;
+      break;
+    }
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || fds[i].revents == 0) continue;
+      const ssize_t got = ::read(fds[i].fd, buf, sizeof buf);
+      if (got < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+      if (got <= 0) {
+        fds[i].fd = -1;
+        --open_fds;
+        continue;
+      }
+      if (i == 0) {
+        keep_bytes(r.out, buf, static_cast<size_t>(got), o.max_stdout, false);
+      } else {
+        keep_bytes(r.err, buf, static_cast<size_t>(got), o.max_stderr, true);
+      }
+    }
+  }
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFSIGNALED(status)) {
+    r.signal = WTERMSIG(status);
+  } else if (WIFEXITED(status)) {
+    r.exit_code = WEXITSTATUS(status);
+  }
+  return r;
+}
+
+}  // namespace reclaim

@@ -1,0 +1,252 @@
+#include "engine/vet.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "core/defer.h"
+#include "engine/gguf_check.h"
+#include "engine/runtime.h"
+
+namespace reclaim {
+
+using nlohmann::json;
+
+nlohmann::json to_json(const VetRequest& r) {
+  const llama_context_params& c = r.context;
+  return {{"path", r.path},
+          {"n_gpu_layers", r.n_gpu_layers},
+          {"context",
+           {{"n_ctx", c.n_ctx},
+            {"n_batch", c.n_batch},
+            {"n_ubatch", c.n_ubatch},
+            {"n_seq_max", c.n_seq_max},
+            {"n_threads", c.n_threads},
+            {"n_threads_batch", c.n_threads_batch},
+            {"kv_unified", c.kv_unified}}}};
+}
+
+VetRequest vet_request_from_json(const nlohmann::json& j) {
+  VetRequest r;
+  r.path = j.at("path").get<std::string>();
+  r.n_gpu_layers = j.at("n_gpu_layers").get<int32_t>();
+  const json& c = j.at("context");
+  r.context.n_ctx = c.at("n_ctx").get<uint32_t>();
+  r.context.n_batch = c.at("n_batch").get<uint32_t>();
+  r.context.n_ubatch = c.at("n_ubatch").get<uint32_t>();
+  r.context.n_seq_max = c.at("n_seq_max").get<uint32_t>();
+  r.context.n_threads = c.at("n_threads").get<int32_t>();
+  r.context.n_threads_batch = c.at("n_threads_batch").get<int32_t>();
+  r.context.kv_unified = c.at("kv_unified").get<bool>();
+  return r;
+}
+
+nlohmann::json to_json(const VetReport& r) {
+  const MemoryEstimate& e = r.estimate;
+  const ModelInfo& i = r.info;
+  return {{"ok", r.ok},
+          {"stage", r.stage},
+          {"error", r.error},
+          {"ms", r.ms},
+          {"has_tokenizer", r.has_tokenizer},
+          {"estimate",
+           {{"model_host", e.model_host}, {"model_device", e.model_device}, {"context_host", e.context_host},
+            {"context_device", e.context_device}, {"compute_host", e.compute_host}, {"compute_device", e.compute_device},
+            {"model_overhead", e.model_overhead}, {"context_overhead", e.context_overhead}, {"exact", e.exact}}},
+          {"info",
+           {{"path", i.path}, {"architecture", i.architecture}, {"name", i.name}, {"chat_template", i.chat_template},
+            {"n_params", i.n_params}, {"tensor_bytes", i.tensor_bytes}, {"file_bytes", i.file_bytes},
+            {"n_ctx_train", i.n_ctx_train}, {"n_layer", i.n_layer}, {"n_embd", i.n_embd}, {"n_vocab", i.n_vocab}}}};
+}
+
+VetReport vet_report_from_json(const nlohmann::json& j) {
+  VetReport r;
+  r.ok = j.at("ok").get<bool>();
+  r.stage = j.value("stage", "");
+  r.error = j.value("error", "");
+  r.ms = j.value("ms", 0.0);
+  r.has_tokenizer = j.value("has_tokenizer", false);
+  if (j.contains("estimate")) {
+    const json& e = j["estimate"];
+    MemoryEstimate& m = r.estimate;
+    m.model_host = e.at("model_host");
+    m.model_device = e.at("model_device");
+    m.context_host = e.at("context_host");
+    m.context_device = e.at("context_device");
+    m.compute_host = e.at("compute_host");
+    m.compute_device = e.at("compute_device");
+    m.model_overhead = e.at("model_overhead");
+    m.context_overhead = e.at("context_overhead");
+    m.exact = e.at("exact");
+  }
+  if (j.contains("info")) {
+    const json& i = j["info"];
+    ModelInfo& m = r.info;
+    m.path = i.at("path");
+    m.architecture = i.at("architecture");
+    m.name = i.at("name");
+    m.chat_template = i.at("chat_template");
+    m.n_params = i.at("n_params");
+    m.tensor_bytes = i.at("tensor_bytes");
+    m.file_bytes = i.at("file_bytes");
+    m.n_ctx_train = i.at("n_ctx_train");
+    m.n_layer = i.at("n_layer");
+    m.n_embd = i.at("n_embd");
+    m.n_vocab = i.at("n_vocab");
+  }
+  return r;
+}
+
+namespace {
+
+// For the abort callback, which gets only ggml's message.
+std::atomic<const char*> g_stage{"start"};
+std::string g_path;
+
+// ggml calls this with the assert's "file:line: message" and then aborts; the
+// verdict is written with write(2), the one call that cannot be lost in a
+// stdio buffer the abort never flushes.
+void on_ggml_abort(const char* message) {
+  json j = {{"ok", false},
+            {"stage", g_stage.load()},
+            {"error", "model file '" + g_path + "' makes llama.cpp abort at the " + g_stage.load() + " stage: " + message}};
+  const std::string line = j.dump() + "\n";
+  size_t done = 0;
+  while (done < line.size()) {
+    const ssize_t n = ::write(STDOUT_FILENO, line.data() + done, line.size() - done);
+    if (n <= 0) break;
+    done += static_cast<size_t>(n);
+  }
+}
+
+std::string llama_reason() {
+  std::string why = take_llama_errors();
+  return why.empty() ? "llama.cpp gave no reason" : why;
+}
+
+// Two tokens as a prompt, then one as a generation step: the two shapes of
+// batch a request decodes.
+void decode_a_little(llama_context* ctx, const llama_vocab* vocab, const std::string& path) {
+  const int32_t n_vocab = llama_vocab_n_tokens(vocab);
+  const llama_token bos = llama_vocab_bos(vocab);
+  llama_token prompt[2] = {bos >= 0 && bos < n_vocab ? bos : 0, n_vocab > 1 ? 1 : 0};
+  llama_batch b = llama_batch_get_one(prompt, 2);
+  if (int rc = llama_decode(ctx, b); rc != 0) {
+    throw InvalidModelFile("model file '" + path + "' cannot decode a prompt (llama_decode returned " + std::to_string(rc) +
+                           "): " + llama_reason());
+  }
+  llama_token next = n_vocab > 2 ? 2 : 0;
+  b = llama_batch_get_one(&next, 1);
+  if (int rc = llama_decode(ctx, b); rc != 0) {
+    throw InvalidModelFile("model file '" + path + "' cannot decode a token (llama_decode returned " + std::to_string(rc) +
+                           "): " + llama_reason());
+  }
+  if (!llama_get_logits_ith(ctx, -1)) throw InvalidModelFile("model file '" + path + "' gives no logits");
+}
+
+// Every token back to text, as a stream of generated tokens would, and a
+// sentence through the tokenizer, with the special tokens parsed as a chat
+// template's are.
+void use_the_tokenizer(const llama_vocab* vocab) {
+  const int32_t n_vocab = llama_vocab_n_tokens(vocab);
+  std::vector<char> buf(256);
+  for (llama_token t = 0; t < n_vocab; ++t) {
+    int32_t n = llama_token_to_piece(vocab, t, buf.data(), static_cast<int32_t>(buf.size()), 0, false);
+    if (n < 0) {
+      buf.resize(static_cast<size_t>(-n));
+      (void)llama_token_to_piece(vocab, t, buf.data(), static_cast<int32_t>(buf.size()), 0, false);
+    }
+  }
+  const char* text = "Hello, world! 123 <|im_start|>user\nWhy?<|im_end|>\n";
+  std::vector<llama_token> tokens(256);
+  (void)llama_tokenize(vocab, text, static_cast<int32_t>(std::strlen(text)), tokens.data(),
+                       static_cast<int32_t>(tokens.size()), true, true);
+}
+
+}  // namespace
+
+VetReport vet_here(const VetRequest& q) {
+  const auto t0 = std::chrono::steady_clock::now();
+  VetReport r;
+  g_path = q.path;
+  auto stage = [&](const char* s) {
+    g_stage = s;
+    r.stage = s;
+  };
+  try {
+    stage("metadata");
+    check_model_file(q.path);
+    check_gguf_metadata(q.path);
+
+    stage("estimate");
+    ModelLoad load;
+    load.path = q.path;
+    load.n_gpu_layers = q.n_gpu_layers;
+    r.estimate = estimate_memory(load, q.context, &r.info);
+
+    stage("load");
+    llama_model_params mp = llama_model_default_params();
+    mp.n_gpu_layers = q.n_gpu_layers;
+    take_llama_errors();
+    llama_model* model = llama_model_load_from_file(q.path.c_str(), mp);
+    if (!model) throw InvalidModelFile("cannot load model '" + q.path + "': " + llama_reason());
+    Defer free_model([model] { llama_model_free(model); });
+    const llama_vocab* vocab = llama_model_get_vocab(model);
+    r.has_tokenizer = llama_vocab_type(vocab) != LLAMA_VOCAB_TYPE_NONE;
+
+    stage("context");
+    llama_context_params cp = llama_context_default_params();
+    cp.n_ctx = 256;
+    cp.n_batch = cp.n_ubatch = 8;
+    cp.n_seq_max = 1;
+    cp.n_threads = cp.n_threads_batch = std::max(1, std::min(q.context.n_threads, 4));
+    llama_context* ctx = llama_init_from_model(model, cp);
+    if (!ctx) throw InvalidModelFile("cannot create a context for '" + q.path + "': " + llama_reason());
+    Defer free_ctx([ctx] { llama_free(ctx); });
+
+    stage("decode");
+    decode_a_little(ctx, vocab, q.path);
+
+    if (r.has_tokenizer) {
+      stage("tokenizer");
+      use_the_tokenizer(vocab);
+    }
+  } catch (const std::exception& e) {
+    r.ok = false;
+    r.error = e.what();
+    r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    return r;
+  }
+  r.ok = true;
+  r.stage.clear();
+  r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+int vet_child_main(int argc, char** argv) {
+  if (argc != 3 || std::strcmp(argv[1], kVetArg) != 0) {
+    std::fprintf(stderr, "usage: %s %s REQUEST_JSON\n", argc > 0 ? argv[0] : "reclaim", kVetArg);
+    return 2;
+  }
+  VetRequest q;
+  try {
+    q = vet_request_from_json(json::parse(argv[2]));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: malformed request: %s\n", kVetArg, e.what());
+    return 2;
+  }
+  ggml_set_abort_callback(on_ggml_abort);
+  Runtime runtime;
+  const VetReport r = vet_here(q);
+  const std::string line = to_json(r).dump() + "\n";
+  std::fwrite(line.data(), 1, line.size(), stdout);
+  std::fflush(stdout);
+  return 0;
+}
+
+}  // namespace reclaim

@@ -1,0 +1,59 @@
+// Vetting a model file: everything a first load and a first request do to it,
+// in a process that may die.
+//
+// A GGML_ASSERT inside llama.cpp ends the process it runs in, and a damaged
+// file can reach one (tests/hostile_corpus_test.cpp has the cases). So the
+// first load of each file runs here, in a child (runtime/vetter.h starts it
+// as `PROGRAM __vet REQUEST`): reclaim's metadata checks, llama.cpp's
+// simulated load and context plan (which is also the memory estimate the
+// parent needs anyway), a real load with a tiny context, a decode of two
+// tokens, and every token of the vocab turned back into text. A child that
+// aborts leaves its verdict behind: ggml's abort callback writes the assert's
+// message to stdout before the process ends.
+#pragma once
+
+#include <string>
+
+#include <llama.h>
+#include <nlohmann/json.hpp>
+
+#include "engine/model_info.h"
+
+namespace reclaim {
+
+// The argument that makes a program the vetting child (see vet_child_main).
+inline constexpr const char* kVetArg = "__vet";
+
+struct VetRequest {
+  std::string path;
+  int32_t n_gpu_layers = -1;
+  // The context the estimate plans (the server's batch or session context).
+  llama_context_params context = llama_context_default_params();
+};
+
+struct VetReport {
+  bool ok = false;
+  std::string stage;  // where it failed: metadata, estimate, load, context, decode, tokenizer
+  std::string error;  // what was wrong, naming the file
+  MemoryEstimate estimate;
+  ModelInfo info;
+  bool has_tokenizer = false;  // false: token ids in and out only (llama.cpp's no_vocab)
+  double ms = 0;               // how long the child's work took
+};
+
+nlohmann::json to_json(const VetRequest& r);
+VetRequest vet_request_from_json(const nlohmann::json& j);
+nlohmann::json to_json(const VetReport& r);
+VetReport vet_report_from_json(const nlohmann::json& j);
+
+// Does the vetting in this process; a failure llama.cpp reports is a report
+// with ok false, an assert ends the process. Needs a Runtime.
+VetReport vet_here(const VetRequest& request);
+
+// The child's main: `argv[1]` is kVetArg and `argv[2]` the request's JSON.
+// Prints the report's JSON on one line of stdout; exits 0 whatever the
+// verdict, 2 on a malformed request. A program that vets calls it first
+// thing when argv[1] is kVetArg (reclaim's main and the engine tests do).
+int vet_child_main(int argc, char** argv);
+
+}  // namespace reclaim

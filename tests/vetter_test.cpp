@@ -1,0 +1,189 @@
+// The vetter runs this test program as its child (engine_main.cpp hands
+// `__vet` to vet_child_main), so a damaged file crashes that child, not the
+// tests.
+#include "runtime/vetter.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+
+#include "core/child.h"
+#include "core/ledger.h"
+#include "engine/batcher.h"
+#include "gguf_corpus.h"
+#include "runtime/registry.h"
+#include "small_models.h"
+
+namespace reclaim {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::small_model;
+using testing::small_session;
+using testing::temp_path;
+
+// The one damage of the corpus named `name`, written to `path`.
+void write_damaged(const std::string& name, const std::string& path) {
+  bool found = false;
+  testing::for_each_damage(testing::read_bytes(small_model("spm")), [&](const testing::DamagedFile& d) {
+    if (d.name != name) return;
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << d.bytes;
+    found = true;
+  });
+  ASSERT_TRUE(found) << name;
+}
+
+VetterOptions self_vetting() { return VetterOptions{.program = {self_exe(), kVetArg}}; }
+
+VetRequest request_for(const std::string& path) {
+  VetRequest q;
+  q.path = path;
+  q.context = session_context_params(small_session(), 0, 2);
+  return q;
+}
+
+TEST(Vetter, AGoodFileIsVettedOnceAndItsEstimateIsThisProcesssOwn) {
+  Vetter v(self_vetting());
+  const VetRequest q = request_for(small_model("spm"));
+  const VetReport r = v.vet(q);
+  EXPECT_TRUE(r.ok) << r.error;
+  EXPECT_TRUE(r.has_tokenizer);
+  EXPECT_EQ(r.info.n_layer, 2);
+  ModelLoad load;
+  load.path = q.path;
+  const MemoryEstimate here = estimate_memory(load, q.context);
+  EXPECT_EQ(r.estimate.model_host, here.model_host);
+  EXPECT_EQ(r.estimate.context_host, here.context_host);
+  EXPECT_EQ(r.estimate.compute_host, here.compute_host);
+  EXPECT_GT(r.estimate.model_overhead, 0);
+  (void)v.vet(q);
+  EXPECT_EQ(v.counts().children, 1u);
+  EXPECT_EQ(v.counts().cached, 1u);
+}
+
+TEST(Vetter, ADamagedFileIsRefusedWithWhatIsWrongAndTheVerdictIsKept) {
+  const std::string path = temp_path("vet-block-count.gguf");
+  write_damaged("llama_block_count=0", path);
+  Vetter v(self_vetting());
+  for (int i = 0; i < 2; ++i) {
+    try {
+      (void)v.vet(request_for(path));
+      ADD_FAILURE() << "a block count of 0 was accepted";
+    } catch (const InvalidModelFile& e) {
+      EXPECT_NE(std::string(e.what()).find("'llama.block_count' is 0"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(v.counts().children, 1u);
+  EXPECT_EQ(v.counts().refused, 1u);
+}
+
+TEST(Vetter, AFileThatCrashesLlamaCppCrashesOnlyTheChild) {
+  // No metadata check catches it: the decode calls a null dot product.
+  const std::string path = temp_path("vet-i8.gguf");
+  write_damaged("last-tensor-type-i8", path);
+  Vetter v(self_vetting());
+  try {
+    (void)v.vet(request_for(path));
+    ADD_FAILURE() << "int8 weights were accepted";
+  } catch (const InvalidModelFile& e) {
+    EXPECT_NE(std::string(e.what()).find("crashed the vetting process (signal"), std::string::npos) << e.what();
+  }
+  // This process is alive to say so, and the file's verdict is kept.
+  EXPECT_THROW((void)v.vet(request_for(path)), InvalidModelFile);
+  EXPECT_EQ(v.counts().children, 1u);
+}
+
+TEST(Vetter, AFileRewrittenInPlaceIsVettedAgain) {
+  const std::string path = temp_path("vet-rewritten.gguf");
+  std::filesystem::copy_file(small_model("spm"), path, std::filesystem::copy_options::overwrite_existing);
+  Vetter v(self_vetting());
+  EXPECT_TRUE(v.vet(request_for(path)).ok);
+  // Another size, so another identity even within the clock's resolution.
+  write_damaged("trunc-data-middle", path);
+  EXPECT_THROW((void)v.vet(request_for(path)), InvalidModelFile);
+  EXPECT_EQ(v.counts().children, 2u);
+}
+
+TEST(Vetter, AnAbortIsAVerdictWithItsMessage) {
+  // A stand-in child that dies as an assert does, after its message.
+  Vetter v(VetterOptions{.program = {"/bin/sh", "-c", "echo 'x.cpp:1: GGML_ASSERT(n > 0) failed' >&2; kill -ABRT $$", "sh"}});
+  try {
+    (void)v.vet(request_for(small_model("spm")));
+    ADD_FAILURE() << "an aborted child gave no error";
+  } catch (const InvalidModelFile& e) {
+    EXPECT_NE(std::string(e.what()).find("signal 6"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("GGML_ASSERT(n > 0) failed"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Vetter, AChildPastItsTimeIsAnErrorTriedAgainNotAVerdict) {
+  VetterOptions o{.program = {"/bin/sh", "-c", "sleep 30", "sh"}};
+  o.timeout = 200ms;
+  Vetter v(o);
+  for (int i = 0; i < 2; ++i) {
+    try {
+      (void)v.vet(request_for(small_model("spm")));
+      ADD_FAILURE() << "a hung child gave a verdict";
+    } catch (const InvalidModelFile& e) {
+      ADD_FAILURE() << "a timeout was taken for the file's fault: " << e.what();
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("took longer than"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(v.counts().children, 2u);
+}
+
+TEST(Vetter, StoppingKillsTheChildItRuns) {
+  const auto t0 = std::chrono::steady_clock::now();
+  {
+    Vetter v(VetterOptions{.program = {"/bin/sh", "-c", "sleep 30", "sh"}});
+    v.vet_in_background({request_for(small_model("spm"))});
+    // Destroyed while the child sleeps (or before it starts): both end now.
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 10s);
+}
+
+TEST(Vetter, TheBackgroundQueueLeavesVerdictsReady) {
+  const std::string bad = temp_path("vet-bg-bad.gguf");
+  write_damaged("trunc-header", bad);
+  Vetter v(self_vetting());
+  v.vet_in_background({request_for(small_model("spm")), request_for(bad)});
+  ASSERT_TRUE(v.wait_idle(60s));
+  ASSERT_TRUE(v.known(request_for(small_model("spm"))).has_value());
+  EXPECT_TRUE(v.known(request_for(small_model("spm")))->ok);
+  ASSERT_TRUE(v.known(request_for(bad)).has_value());
+  EXPECT_FALSE(v.known(request_for(bad))->ok);
+  EXPECT_EQ(v.counts().children, 2u);
+}
+
+TEST(Vetter, ARegistryRefusesADamagedModelAndServesTheGoodOneBesideIt) {
+  const std::string bad = temp_path("vet-registry-bad.gguf");
+  write_damaged("last-tensor-type-i8", bad);
+  RegistryOptions o;
+  o.session = small_session();
+  o.vetter = std::make_shared<Vetter>(self_vetting());
+  o.parallel = 1;
+  Registry reg(o, {{"good", small_model("spm"), false}, {"bad", bad, false}});
+  EXPECT_THROW((void)reg.acquire("bad"), InvalidModelFile);
+  EXPECT_EQ(reg.status("bad").state, ModelState::unloaded);
+  EXPECT_NE(reg.status("bad").last_error.find("crashed the vetting process"), std::string::npos);
+  {
+    Lease l = reg.acquire("good");
+    GenerateRequest g;
+    g.prompt = "Hello";
+    g.max_tokens = 4;
+    g.sampling.temperature = 0;
+    EXPECT_EQ(l.model().batcher()->generate(g).timings.generated_tokens, 4);
+  }
+  // A second request for the bad one is answered from the verdict.
+  EXPECT_THROW((void)reg.acquire("bad"), InvalidModelFile);
+  EXPECT_EQ(o.vetter->counts().children, 2u);
+  reg.unload_all(UnloadMode::cancel, 0ms);
+  EXPECT_EQ(Ledger::process().totals().count, 0u);
+}
+
+}  // namespace
+}  // namespace reclaim

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <thread>
 
@@ -119,4 +120,16 @@ TEST(Size, ParsesAndFormats) {
   EXPECT_EQ(format_bytes(512), "512 B");
   EXPECT_EQ(format_bytes(3 << 20), "3.0 MiB");
   EXPECT_EQ(format_bytes(-(2 << 10)), "-2.0 KiB");
+}
+
+TEST(Usage, ReadsSwapAsTheKernelReportsIt) {
+  // Only a machine with swap and memory pressure has any; the figure must be
+  // the kernel's VmSwap whatever it is.
+  std::ifstream status("/proc/self/status");
+  int64_t kernel = -1;
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("VmSwap:", 0) == 0) kernel = std::stoll(line.substr(7)) * 1024;
+  }
+  ASSERT_GE(kernel, 0) << "no VmSwap line in /proc/self/status";
+  EXPECT_EQ(Usage::capture().swap, kernel);
 }

@@ -58,6 +58,13 @@ std::vector<Check> evaluate(const SideResult& r, const Thresholds& limits) {
   };
   add("anon residue", worst(&Usage::anon), limits.anon_residue, true);
   add("anon growth", residue(r, r.cycles.size() - 1).anon - residue(r, 0).anon, limits.anon_growth, true);
+  // What was anon and was pushed out to swap is still held: judged together,
+  // a leak under memory pressure still shows.
+  int64_t private_worst = LLONG_MIN;
+  for (size_t i = 0; i < r.cycles.size(); ++i) private_worst = std::max(private_worst, residue(r, i).anon + residue(r, i).swap);
+  const Usage first = residue(r, 0), last = residue(r, r.cycles.size() - 1);
+  add("anon+swap residue", private_worst, limits.anon_residue, true);
+  add("anon+swap growth", (last.anon + last.swap) - (first.anon + first.swap), limits.anon_growth, true);
   add("locked residue", worst(&Usage::locked), limits.locked, true);
   add("fds residue", worst(&Usage::fds), limits.fds, false);
   add("threads residue", worst(&Usage::threads), limits.threads, false);

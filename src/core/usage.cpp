@@ -106,6 +106,7 @@ Usage Usage::capture() {
     u.shmem = status_kb(status, "RssShmem:");
     u.locked = status_kb(status, "VmLck:");
     u.pinned = status_kb(status, "VmPin:");
+    u.swap = status_kb(status, "VmSwap:");
     u.threads = status_count(status, "Threads:");
   }
   u.fds = count_fds();
@@ -152,6 +153,7 @@ const std::vector<Figure>& usage_figures() {
       {"shmem", "bytes", &Usage::shmem},
       {"locked", "bytes", &Usage::locked},
       {"pinned", "bytes", &Usage::pinned},
+      {"swap", "bytes", &Usage::swap},
       {"threads", "count", &Usage::threads},
       {"fds", "count", &Usage::fds},
       {"maps", "count", &Usage::maps},

@@ -23,6 +23,9 @@ struct Usage {
   double t = 0;  // seconds on the steady clock
   int64_t rss = 0, anon = 0, file = 0, shmem = 0;  // bytes (VmRSS, RssAnon, RssFile, RssShmem)
   int64_t locked = 0, pinned = 0;                   // bytes (VmLck, VmPin)
+  // bytes (VmSwap): anon memory the kernel pushed out. A leak under memory
+  // pressure moves from anon to here, so residues are judged on the sum.
+  int64_t swap = 0;
   int64_t threads = 0, fds = 0, maps = 0;           // counts
   int64_t model_maps = 0, model_mapped = 0;         // mappings of .gguf files: count, bytes
   int64_t heap_arena = 0, heap_in_use = 0, heap_free = 0;  // bytes (mallinfo2)

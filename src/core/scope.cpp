@@ -72,7 +72,7 @@ Scope::Slot::~Slot() {
   scope_->cleanups_.erase(it_);
 }
 
-CleanupId Scope::Slot::arm(uint64_t bytes, std::function<void()> release) {
+CleanupId Scope::Slot::arm_function(uint64_t bytes, std::function<void()> release) {
   Scope* s = std::exchange(scope_, nullptr);
   if (!s) throw std::logic_error("Scope::Slot armed twice");
   // The ledger insert is the one step here that can fail (bad_alloc); then the

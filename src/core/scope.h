@@ -117,12 +117,27 @@ class [[nodiscard]] Scope::Slot {
   ~Slot();
 
   // Hands the release to the scope and puts the resource on the ledger. If
-  // the ledger cannot record it, `release` runs at once and the error is
-  // rethrown: a resource never exists unrecorded.
-  CleanupId arm(uint64_t bytes, std::function<void()> release);
+  // either cannot be recorded (memory exhausted: the release's own storage,
+  // or the ledger's entry), `release` runs at once and the error is
+  // rethrown: a resource never exists unrecorded. The callable is taken as
+  // it is and copied into a std::function here, not at the call, where a
+  // failed copy would lose it (tests/fault_injection_test.cpp found a model
+  // lost that way).
+  template <class F>
+  CleanupId arm(uint64_t bytes, F release) {
+    std::function<void()> fn;
+    try {
+      fn = release;  // a copy: `release` stays whole, to run if this fails
+    } catch (...) {
+      release();
+      throw;  // the destructor drops the reserved record
+    }
+    return arm_function(bytes, std::move(fn));
+  }
 
  private:
   friend class Scope;
+  CleanupId arm_function(uint64_t bytes, std::function<void()> release);
   Slot(Scope* scope, std::list<Cleanup>::iterator it) : scope_(scope), it_(it) {}
   Scope* scope_;
   std::list<Cleanup>::iterator it_;

@@ -70,6 +70,8 @@ Batcher::Batcher(Model& model, const BatcherOptions& o)
   batch_ = new_batch(scope_, n_batch_, 1);
   slots_.assign(static_cast<size_t>(n_seq_), nullptr);
   in_batch_.reserve(static_cast<size_t>(n_seq_));
+  held_.reserve(static_cast<size_t>(n_seq_));
+  stepped_.reserve(static_cast<size_t>(n_seq_));
   Scope::Slot slot = scope_.reserve(Kind::thread, "batch decode thread");
   thread_ = std::thread([this] { loop(); });
   // Registered after the context, so it runs first: the thread is joined
@@ -203,7 +205,12 @@ void Batcher::retire(Job& job, bool cancelled) noexcept {
   std::lock_guard lock(mu_);
   slots_[static_cast<size_t>(job.seq)] = nullptr;
   --active_;
-  job.out += rest;
+  try {
+    job.out += rest;
+  } catch (...) {
+    // Out of memory for the last piece of text: the request fails with it.
+    if (!job.error) job.error = std::current_exception();
+  }
   job.done = true;
   // Under the lock: once it is released the caller may return and free the job.
   job.cv.notify_one();
@@ -211,23 +218,33 @@ void Batcher::retire(Job& job, bool cancelled) noexcept {
 
 void Batcher::loop() noexcept {
   for (;;) {
-    std::vector<Job*> jobs;
+    held_.clear();
     {
       std::unique_lock lock(mu_);
       work_cv_.wait(lock, [&] { return stopping_ || !pending_.empty() || active_ > 0; });
       if (stopping_) break;
       admit_locked();
       for (Job* j : slots_) {
-        if (j) jobs.push_back(j);
+        if (j) held_.push_back(j);
       }
     }
-    for (Job* j : jobs) {
+    for (Job* j : held_) {
       if (j->stopped()) retire(*j, true);
     }
     try {
       step();
     } catch (...) {
-      // Not one request's fault (that is caught per request): all in the step fail.
+      // Not one request's fault (that is caught per request): all in the
+      // step fail. A step that failed before any request was in it fails
+      // every request holding a sequence: left there, they would make the
+      // same step fail again, forever (memory exhausted, found by
+      // tests/fault_injection_test.cpp).
+      if (in_batch_.empty()) {
+        std::lock_guard lock(mu_);
+        for (Job* j : slots_) {
+          if (j) in_batch_.push_back(j);
+        }
+      }
       for (Job* j : in_batch_) {
         j->error = std::current_exception();
         retire(*j, false);
@@ -236,14 +253,14 @@ void Batcher::loop() noexcept {
     }
   }
   // Stopping: whatever still runs or waits ends as cancelled.
-  std::vector<Job*> left;
+  held_.clear();
   {
     std::lock_guard lock(mu_);
     for (Job* j : slots_) {
-      if (j) left.push_back(j);
+      if (j) held_.push_back(j);
     }
   }
-  for (Job* j : left) retire(*j, true);
+  for (Job* j : held_) retire(*j, true);
   std::lock_guard lock(mu_);
   for (Job* j : pending_) {
     j->result->finish = FinishReason::cancelled;
@@ -266,7 +283,8 @@ bool Batcher::step() {
     b.seq_id[i][0] = seq;
     b.logits[i] = logits;
   };
-  std::vector<Job*> live;
+  std::vector<Job*>& live = held_;  // reserved: no allocation here
+  live.clear();
   {
     std::lock_guard lock(mu_);
     for (Job* j : slots_) {
@@ -303,7 +321,9 @@ bool Batcher::step() {
   }
   steps_.fetch_add(1);
   tokens_.fetch_add(static_cast<uint64_t>(b.n_tokens));
-  std::vector<Job*> stepped;
+  // Swapped with a reserved twin, so that both keep room for n_seq jobs.
+  std::vector<Job*>& stepped = stepped_;
+  stepped.clear();
   stepped.swap(in_batch_);
   if (rc == 2) return true;  // aborted: every request in it is stopping; the next turn retires them
   if (rc != 0) {

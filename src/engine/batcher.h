@@ -101,6 +101,10 @@ class Batcher {
   bool stopping_ = false;
   std::atomic<bool> abort_{false};
   std::vector<Job*> in_batch_;  // the decode thread's; read by abort_poll during a decode
+  // The decode thread's list of the jobs in their slots, sized once: the
+  // thread may not allocate outside a step (it would have no one to tell).
+  std::vector<Job*> held_;
+  std::vector<Job*> stepped_;  // the last step's jobs, swapped with in_batch_
   std::atomic<uint64_t> steps_{0}, tokens_{0};
   std::thread thread_;
 };

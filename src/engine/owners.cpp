@@ -119,9 +119,15 @@ Owned<llama_model> load_model(Scope& scope, const ModelLoad& load) {
     }
     throw Error("cannot load model '" + load.path + "': " + (why.empty() ? "llama.cpp gave no reason" : why));
   }
-  // What this load locked; see core/locked.h for why it is kept.
+  // What this load locked; see core/locked.h for why it is kept. Reading it
+  // takes memory: without any, the model goes back at once.
   std::vector<AddressRange> model_locks;
-  if (locks) model_locks = ranges_added(locked_before, locked_ranges());
+  try {
+    if (locks) model_locks = ranges_added(locked_before, locked_ranges());
+  } catch (...) {
+    llama_model_free(model);
+    throw;
+  }
   CleanupId id = slot.arm(llama_model_size(model), [model, model_locks = std::move(model_locks)] {
     llama_model_free(model);
     unlock_remains(model_locks);
@@ -169,7 +175,9 @@ Owned<llama_context> new_context(Scope& scope, llama_model* model, const llama_c
 
 Owned<llama_batch> new_batch(Scope& scope, int32_t n_tokens, int32_t n_seq_max) {
   Scope::Slot slot = scope.reserve(Kind::batch, "n_tokens=" + std::to_string(n_tokens));
-  auto batch = std::make_unique<llama_batch>(llama_batch_init(n_tokens, 0, n_seq_max));
+  // The holder first: made after the arrays, its failure would lose them.
+  auto batch = std::make_unique<llama_batch>();
+  *batch = llama_batch_init(n_tokens, 0, n_seq_max);
   if (!batch->token) throw Error("cannot allocate a batch of " + std::to_string(n_tokens) + " tokens");
   // token, pos, n_seq_id, seq_id (n_tokens+1 pointers, each to n_seq_max ids), logits
   uint64_t bytes = static_cast<uint64_t>(n_tokens) *

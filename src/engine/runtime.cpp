@@ -2,6 +2,7 @@
 
 #include <llama.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstring>
@@ -18,14 +19,24 @@ namespace {
 
 std::atomic<bool> g_verbose{false};
 std::atomic<bool> g_started{false};
-thread_local std::string t_errors;
+// A plain buffer, not a std::string: a thread_local with a destructor is
+// registered with glibc on its thread's first use, which takes memory, and
+// glibc ends the process when that fails (found by tests/fault_injection_
+// test.cpp on the batch's decode thread).
+constexpr size_t kErrorsMax = 4096;
+thread_local char t_errors[kErrorsMax];
+thread_local size_t t_errors_len = 0;
 thread_local bool t_in_error = false;
 
 void on_llama_log(ggml_log_level level, const char* text, void*) {
   // GGML_LOG_LEVEL_CONT continues the previous line at its level.
   bool is_error = level == GGML_LOG_LEVEL_ERROR || (level == GGML_LOG_LEVEL_CONT && t_in_error);
   if (level != GGML_LOG_LEVEL_CONT) t_in_error = level == GGML_LOG_LEVEL_ERROR;
-  if (is_error && t_errors.size() < 4096) t_errors += text;
+  if (is_error) {
+    const size_t n = std::min(std::strlen(text), kErrorsMax - 1 - t_errors_len);
+    std::memcpy(t_errors + t_errors_len, text, n);
+    t_errors_len += n;
+  }
   if (g_verbose.load(std::memory_order_relaxed) && level != GGML_LOG_LEVEL_DEBUG) std::fputs(text, stderr);
 }
 
@@ -108,8 +119,8 @@ std::string Runtime::warmed() const {
 }
 
 std::string take_llama_errors() {
-  std::string e = std::move(t_errors);
-  t_errors.clear();
+  std::string e(t_errors, t_errors_len);
+  t_errors_len = 0;
   while (!e.empty() && (e.back() == '\n' || e.back() == ' ')) e.pop_back();
   for (char& c : e) {
     if (c == '\n') c = ';';

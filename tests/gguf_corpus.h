@@ -243,6 +243,23 @@ inline void for_each_damage(const std::string& good, const std::function<void(co
       patched("token-string-past-end", true, [&](std::string& b) { put<uint64_t>(b, f.value_at + 12 + 8 * 0 + 0, past); });
     }
   }
+  // Two tokens alike: llama.cpp asserts that its token-to-id map is as long
+  // as the token list (scripts/fuzz found it).
+  for (const GgufField& f : l.fields) {
+    if (f.type != 9 || f.key != "tokenizer.ggml.tokens") continue;
+    size_t o = f.value_at + 12, first_at = 0, first_len = 0;
+    for (int i = 0; i < 4096 && o + 8 <= good.size(); ++i) {
+      const uint64_t len = w.u64(o);
+      if (len >= 3 && first_len == 0) {
+        first_at = o + 8;
+        first_len = len;
+      } else if (len == first_len && o + 8 != first_at) {
+        patched("tokens-duplicate", true, [&](std::string& b) { b.replace(o + 8, len, good, first_at, len); });
+        break;
+      }
+      o += 8 + len;
+    }
+  }
   patched("tensor-count-huge", true, [&](std::string& b) { put<uint64_t>(b, 8, uint64_t{1} << 40); });
   patched("kv-count-huge", true, [&](std::string& b) { put<uint64_t>(b, 16, uint64_t{1} << 40); });
   patched("tensor-name-past-end", true, [&](std::string& b) { put<uint64_t>(b, l.tensors[0].at, past); });
@@ -269,8 +286,8 @@ inline void for_each_damage(const std::string& good, const std::function<void(co
   }
   // The last tensor's data ends the file, so a smaller element type still
   // passes every offset check; int8 weights have no CPU dot product, and
-  // ggml's matrix multiply calls a null function (a SIGSEGV in the decode
-  // that no metadata check of reclaim's catches: the vetting child contains it).
+  // ggml's matrix multiply calls a null function (a SIGSEGV in the decode,
+  // which reclaim's checks now name).
   const GgufTensorInfo* last = &l.tensors[0];
   for (const GgufTensorInfo& t : l.tensors) {
     if (w.u64(t.offset_at) > w.u64(last->offset_at)) last = &t;

@@ -80,8 +80,28 @@ TEST(Vetter, ADamagedFileIsRefusedWithWhatIsWrongAndTheVerdictIsKept) {
   EXPECT_EQ(v.counts().refused, 1u);
 }
 
-TEST(Vetter, AFileThatCrashesLlamaCppCrashesOnlyTheChild) {
-  // No metadata check catches it: the decode calls a null dot product.
+TEST(Vetter, AFileThatMakesLlamaCppAbortEndsOnlyTheChild) {
+  // Without reclaim's checks, llama.cpp meets a block count of 0 with a
+  // GGML_ASSERT: what any damage the checks miss would do.
+  const std::string path = temp_path("vet-abort.gguf");
+  write_damaged("llama_block_count=0", path);
+  Vetter v(self_vetting());
+  VetRequest q = request_for(path);
+  q.checks = false;
+  try {
+    (void)v.vet(q);
+    ADD_FAILURE() << "a block count of 0 was accepted";
+  } catch (const InvalidModelFile& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("makes llama.cpp abort at the estimate stage"), std::string::npos) << m;
+    EXPECT_NE(m.find("GGML_ASSERT(hparams.n_layer_all > 0"), std::string::npos) << m;
+  }
+  // This process is alive to say so, and the file's verdict is kept.
+  EXPECT_THROW((void)v.vet(q), InvalidModelFile);
+  EXPECT_EQ(v.counts().children, 1u);
+}
+
+TEST(Vetter, IntegerWeightsAreNamedBeforeTheyCrashADecode) {
   const std::string path = temp_path("vet-i8.gguf");
   write_damaged("last-tensor-type-i8", path);
   Vetter v(self_vetting());
@@ -89,11 +109,17 @@ TEST(Vetter, AFileThatCrashesLlamaCppCrashesOnlyTheChild) {
     (void)v.vet(request_for(path));
     ADD_FAILURE() << "int8 weights were accepted";
   } catch (const InvalidModelFile& e) {
+    EXPECT_NE(std::string(e.what()).find("is of type i8, which no model weight is"), std::string::npos) << e.what();
+  }
+  // Without the check the decode crashes; the child contains that too.
+  VetRequest q = request_for(path);
+  q.checks = false;
+  try {
+    (void)v.vet(q);
+    ADD_FAILURE() << "int8 weights were accepted without the checks";
+  } catch (const InvalidModelFile& e) {
     EXPECT_NE(std::string(e.what()).find("crashed the vetting process (signal"), std::string::npos) << e.what();
   }
-  // This process is alive to say so, and the file's verdict is kept.
-  EXPECT_THROW((void)v.vet(request_for(path)), InvalidModelFile);
-  EXPECT_EQ(v.counts().children, 1u);
 }
 
 TEST(Vetter, AFileRewrittenInPlaceIsVettedAgain) {
@@ -161,7 +187,7 @@ TEST(Vetter, TheBackgroundQueueLeavesVerdictsReady) {
 
 TEST(Vetter, ARegistryRefusesADamagedModelAndServesTheGoodOneBesideIt) {
   const std::string bad = temp_path("vet-registry-bad.gguf");
-  write_damaged("last-tensor-type-i8", bad);
+  write_damaged("llama_attention_layer_norm_rms_epsilon=-1", bad);
   RegistryOptions o;
   o.session = small_session();
   o.vetter = std::make_shared<Vetter>(self_vetting());
@@ -169,7 +195,8 @@ TEST(Vetter, ARegistryRefusesADamagedModelAndServesTheGoodOneBesideIt) {
   Registry reg(o, {{"good", small_model("spm"), false}, {"bad", bad, false}});
   EXPECT_THROW((void)reg.acquire("bad"), InvalidModelFile);
   EXPECT_EQ(reg.status("bad").state, ModelState::unloaded);
-  EXPECT_NE(reg.status("bad").last_error.find("crashed the vetting process"), std::string::npos);
+  EXPECT_NE(reg.status("bad").last_error.find("'llama.attention.layer_norm_rms_epsilon' is -1"), std::string::npos)
+      << reg.status("bad").last_error;
   {
     Lease l = reg.acquire("good");
     GenerateRequest g;

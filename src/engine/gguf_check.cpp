@@ -7,6 +7,8 @@
 #include <limits>
 #include <memory>
 #include <optional>
+#include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "core/defer.h"
@@ -159,17 +161,54 @@ void check_experts(const Meta& m, const std::string& a) {
   }
 }
 
-// The vocab's size, where the file has both a token list and an embedding.
-void check_vocab(const gguf_context* ctx, const Meta& m) {
+// The vocab: its size against the embedding's rows, and tokens that are
+// all different (llama.cpp asserts that its token-to-id map is as long as
+// the list; scripts/fuzz found the assert). A model without a tokenizer
+// (no_vocab) has only a size, which llama.cpp allocates as it is.
+void check_vocab(const gguf_context* ctx, const Meta& m, const std::string& arch) {
   const int64_t tokens = gguf_find_key(ctx, "tokenizer.ggml.tokens");
   const int64_t embd = gguf_find_tensor(ctx, "token_embd.weight");
-  if (tokens < 0 || embd < 0) return;
-  if (gguf_get_kv_type(ctx, tokens) != GGUF_TYPE_ARRAY) m.fail("'tokenizer.ggml.tokens' is not an array");
+  const int64_t rows = embd >= 0 ? gguf_get_tensor_ne(ctx, embd)[1] : -1;
+  const int64_t model = gguf_find_key(ctx, "tokenizer.ggml.model");
+  const bool no_vocab = model >= 0 && gguf_get_kv_type(ctx, model) == GGUF_TYPE_STRING &&
+                        (std::string(gguf_get_val_str(ctx, model)) == "no_vocab" || std::string(gguf_get_val_str(ctx, model)) == "none");
+  if (no_vocab) {
+    const std::optional<int64_t> size = m.scalar(arch + ".vocab_size");
+    if (size && rows >= 0 && *size > rows) {
+      m.fail("'" + arch + ".vocab_size' is " + std::to_string(*size) + " but 'token_embd.weight' has " + std::to_string(rows) + " rows");
+    }
+    return;
+  }
+  if (tokens < 0) return;
+  if (gguf_get_kv_type(ctx, tokens) != GGUF_TYPE_ARRAY || gguf_get_arr_type(ctx, tokens) != GGUF_TYPE_STRING) {
+    m.fail("'tokenizer.ggml.tokens' is not an array of strings");
+  }
   const size_t n = gguf_get_arr_n(ctx, tokens);
-  const int64_t rows = gguf_get_tensor_ne(ctx, embd)[1];
   if (n == 0) m.fail("'tokenizer.ggml.tokens' is empty");
-  if (static_cast<int64_t>(n) != rows) {
+  if (rows >= 0 && static_cast<int64_t>(n) != rows) {
     m.fail("the vocab has " + std::to_string(n) + " tokens but 'token_embd.weight' has " + std::to_string(rows) + " rows");
+  }
+  std::unordered_map<std::string_view, size_t> seen;
+  seen.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    auto [it, fresh] = seen.emplace(gguf_get_arr_str(ctx, tokens, i), i);
+    if (!fresh) {
+      m.fail("tokens " + std::to_string(it->second) + " and " + std::to_string(i) + " of 'tokenizer.ggml.tokens' are the same ('" +
+             std::string(it->first.substr(0, 40)) + "')");
+    }
+  }
+}
+
+// Integer and f64 tensors: no weight of any architecture is one, and the CPU
+// backend has no dot product for them (an int8 matrix is a call through a
+// null pointer in the first decode).
+void check_tensor_types(const gguf_context* ctx, const Meta& m) {
+  for (int64_t i = 0; i < gguf_get_n_tensors(ctx); ++i) {
+    const ggml_type t = gguf_get_tensor_type(ctx, i);
+    if (t == GGML_TYPE_I8 || t == GGML_TYPE_I16 || t == GGML_TYPE_I32 || t == GGML_TYPE_I64 || t == GGML_TYPE_F64) {
+      m.fail("tensor '" + std::string(gguf_get_tensor_name(ctx, i)) + "' is of type " + ggml_type_name(t) +
+             ", which no model weight is");
+    }
   }
 }
 
@@ -213,7 +252,8 @@ void check_gguf_metadata(const std::string& path) {
       m.fail("'" + a + ".rope.scaling.type' is '" + s + "' (must be none, linear, yarn or longrope)");
     }
   }
-  check_vocab(ctx, m);
+  check_vocab(ctx, m, a);
+  check_tensor_types(ctx, m);
 }
 
 }  // namespace reclaim

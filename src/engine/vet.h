@@ -29,6 +29,10 @@ struct VetRequest {
   int32_t n_gpu_layers = -1;
   // The context the estimate plans (the server's batch or session context).
   llama_context_params context = llama_context_default_params();
+  // false: llama.cpp meets the file without reclaim's checks first (engine/
+  // gguf_check.h). For the fuzzer, which measures what the checks must
+  // catch, and for showing that the child contains what they miss.
+  bool checks = true;
 };
 
 struct VetReport {

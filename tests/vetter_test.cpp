@@ -145,6 +145,26 @@ TEST(Vetter, AnAbortIsAVerdictWithItsMessage) {
   }
 }
 
+TEST(Vetter, AChildOutOfMemoryIsAnErrorTriedAgainNotAVerdict) {
+  // As ggml ends a process whose allocation failed.
+  Vetter v(VetterOptions{.program = {"/bin/sh", "-c",
+                                     "echo 'ggml_malloc: failed to allocate 512.00 MB' >&2; "
+                                     "echo 'ggml.c:414: fatal error' >&2; kill -ABRT $$",
+                                     "sh"}});
+  for (int i = 0; i < 2; ++i) {
+    try {
+      (void)v.vet(request_for(small_model("spm")));
+      ADD_FAILURE() << "a child out of memory gave a verdict";
+    } catch (const InvalidModelFile& e) {
+      ADD_FAILURE() << "memory exhausted was taken for the file's fault: " << e.what();
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("ran out of memory"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(v.counts().children, 2u);
+  EXPECT_EQ(v.counts().refused, 0u);
+}
+
 TEST(Vetter, AChildPastItsTimeIsAnErrorTriedAgainNotAVerdict) {
   VetterOptions o{.program = {"/bin/sh", "-c", "sleep 30", "sh"}};
   o.timeout = 200ms;

@@ -46,6 +46,16 @@ std::optional<VetReport> report_in(const std::string& out) {
   return std::nullopt;
 }
 
+// The child ran out of memory: the machine's state, not the file's fault,
+// so no verdict is kept (ggml aborts on a failed allocation, and llama.cpp
+// turns one into an error; both say so).
+bool out_of_memory(const std::string& text) {
+  for (const char* mark : {"bad_alloc", "failed to allocate", "Cannot allocate memory", "out of memory", "insufficient memory"}) {
+    if (text.find(mark) != std::string::npos) return true;
+  }
+  return false;
+}
+
 VetReport verdict_or_throw(const VetReport& r) {
   if (!r.ok) throw InvalidModelFile(r.error);
   return r;
@@ -157,7 +167,12 @@ VetReport Vetter::run_child_for(const VetRequest& q) {
   const auto t0 = std::chrono::steady_clock::now();
   const ChildResult c = run_child(co);
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  if (std::optional<VetReport> r = report_in(c.out)) {
+  std::optional<VetReport> r = report_in(c.out);
+  if ((r && !r->ok && out_of_memory(r->error)) || (!r && c.signal != 0 && out_of_memory(c.err))) {
+    throw Error("vetting model file '" + q.path + "' ran out of memory; it will be tried again: " +
+                (r ? r->error : tail_lines(c.err)));
+  }
+  if (r) {
     r->ms = ms;
     return *r;
   }

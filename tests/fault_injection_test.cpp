@@ -3,10 +3,11 @@
 // until the operation completes without reaching its Nth call. After each
 // failure: a clear error or success, nothing on the ledger, and the process
 // figures back at their baseline (tests/faults/trials.cpp checks each in
-// process). Where llama.cpp ends the process instead (ggml aborts on a
-// failed allocation in many places), the site is counted and listed: it is
-// the vetting child that such a file's first load would end, and the run
-// goes on past it.
+// process). Where llama.cpp ends the process instead (ggml aborts, or uses
+// a null pointer, on a failed allocation in about twenty places), the site
+// is counted and listed, and the sweep goes on past it. reclaim cannot
+// contain those in the server's own process; in the vetting child they end
+// only the child, and the vetter keeps no verdict for a child out of memory.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>

@@ -19,18 +19,13 @@
 #include "core/error.h"
 #include "core/heap.h"
 #include "core/size.h"
+#include "core/stats.h"
 #include "engine/test_model.h"
 
 using namespace reclaim;
 using namespace reclaim::audit;
 
 namespace {
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
-}
 
 struct SideStats {
   std::vector<double> seconds;  // every cycle but each child's first (cold caches)

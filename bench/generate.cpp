@@ -29,6 +29,7 @@
 
 #include "core/error.h"
 #include "core/heap.h"
+#include "core/stats.h"
 #include "engine/generate.h"
 #include "engine/model.h"
 #include "engine/runtime.h"
@@ -48,12 +49,6 @@ struct Options {
 struct Rates {
   double pp = 0, tg = 0;  // tokens per second, mean over the repetitions
 };
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
-}
 
 std::string run_capture(const std::vector<std::string>& args) {
   int fds[2];

@@ -42,6 +42,7 @@
 
 #include "core/error.h"
 #include "core/size.h"
+#include "core/stats.h"
 #include "engine/test_model.h"
 
 extern char** environ;
@@ -58,12 +59,6 @@ struct Options {
 };
 
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
-}
 
 int free_port() {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -431,13 +426,7 @@ int main(int argc, char** argv) {
     prompts.freeze();
     for (int r = 0; r < o.rounds; ++r) {
       Figures fr, fl;
-      if (r % 2 == 0) {
-        fr = measure(reclaim, o, r, prompts);
-        fl = measure(llama, o, r, prompts);
-      } else {
-        fl = measure(llama, o, r, prompts);
-        fr = measure(reclaim, o, r, prompts);
-      }
+      in_turn(r, [&] { fr = measure(reclaim, o, r, prompts); }, [&] { fl = measure(llama, o, r, prompts); });
       swap_ratio.push_back(fr.swap_ms / fl.swap_ms);
       tps_ratio.push_back(fr.tps / fl.tps);
       std::printf("%5d  %9.0f ms %9.0f ms %6.2fx  %12.1f %12.1f %6.2fx\n", r + 1, fr.swap_ms, fl.swap_ms,

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/size.h"
+#include "core/stats.h"
 
 namespace reclaim::audit {
 
@@ -29,9 +30,7 @@ std::string pad(std::string s, size_t w) {
 double median_seconds(const SideResult& r) {
   std::vector<double> v;
   for (const CycleRecord& c : r.cycles) v.push_back(c.seconds);
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+  return median(std::move(v));
 }
 
 }  // namespace

@@ -111,13 +111,18 @@ void* mmap(void* addr, size_t len, int prot, int flags, int fd, off_t off) {
 }
 void* mmap64(void* addr, size_t len, int prot, int flags, int fd, off_t off) { return mmap(addr, len, prot, flags, fd, off); }
 
-static mode_t mode_of(int flags, va_list ap) { return (flags & (O_CREAT | O_TMPFILE)) ? va_arg(ap, mode_t) : 0; }
+// The optional third argument of open(2), read in the caller's own frame.
+#define TAKE_MODE(flags, mode)                                   \
+  mode_t mode = 0;                                               \
+  if ((flags) & (O_CREAT | O_TMPFILE)) {                         \
+    va_list ap;                                                  \
+    va_start(ap, flags);                                         \
+    mode = va_arg(ap, mode_t);                                   \
+    va_end(ap);                                                  \
+  }
 
 int open(const char* path, int flags, ...) {
-  va_list ap;
-  va_start(ap, flags);
-  const mode_t mode = mode_of(flags, ap);
-  va_end(ap);
+  TAKE_MODE(flags, mode)
   if (should_fail(F_OPEN)) {
     errno = EMFILE;
     return -1;
@@ -125,18 +130,12 @@ int open(const char* path, int flags, ...) {
   return get_open()(path, flags, mode);
 }
 int open64(const char* path, int flags, ...) {
-  va_list ap;
-  va_start(ap, flags);
-  const mode_t mode = mode_of(flags, ap);
-  va_end(ap);
+  TAKE_MODE(flags, mode)
   return open(path, flags, mode);
 }
 
 int openat(int dir, const char* path, int flags, ...) {
-  va_list ap;
-  va_start(ap, flags);
-  const mode_t mode = mode_of(flags, ap);
-  va_end(ap);
+  TAKE_MODE(flags, mode)
   if (should_fail(F_OPEN)) {
     errno = EMFILE;
     return -1;
@@ -144,10 +143,7 @@ int openat(int dir, const char* path, int flags, ...) {
   return get_openat()(dir, path, flags, mode);
 }
 int openat64(int dir, const char* path, int flags, ...) {
-  va_list ap;
-  va_start(ap, flags);
-  const mode_t mode = mode_of(flags, ap);
-  va_end(ap);
+  TAKE_MODE(flags, mode)
   return openat(dir, path, flags, mode);
 }
 

@@ -6,6 +6,8 @@
 
 #include <cstdio>
 
+extern char** environ;
+
 #include "core/child.h"
 #include "core/file_identity.h"
 #include "core/ledger.h"
@@ -164,6 +166,10 @@ VetReport Vetter::run_child_for(const VetRequest& q) {
   co.argv.push_back(to_json(q).dump());
   co.timeout = options_.timeout;
   co.stop_fd = stop_pipe_[0];
+  // On an assert ggml attaches gdb to print a backtrace (seconds, on the
+  // child's stdout); the verdict needs only the assert's own line.
+  for (char** e = environ; *e; ++e) co.env.emplace_back(*e);
+  co.env.emplace_back("GGML_NO_BACKTRACE=1");
   const auto t0 = std::chrono::steady_clock::now();
   const ChildResult c = run_child(co);
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

@@ -220,6 +220,11 @@ TEST(Serve, EveryErrorIsAnOpenAIErrorWithItsStatus) {
   auto raw = [&](const std::string& body) { return s.http().Post("/v1/chat/completions", body, "application/json"); };
   expect_error(raw("{not json"), 400, "not valid JSON");
   expect_error(raw("[1,2]"), 400, "JSON object");
+  expect_error(raw("{\"model\":\"spm\",\"messages\":[{\"role\":\"user\",\"content\":\"\xff\xfe\"}]}"), 400,
+               "not valid UTF-8 (byte 53)");
+  auto completion = [&](const json& body) { return s.post("/v1/completions", body); };
+  expect_error(completion({{"model", "spm"}, {"prompt", {999999999}}}), 400, "not in the vocabulary");
+  expect_error(completion({{"model", "spm"}, {"prompt", {1, -1}}}), 400, "prompt token -1");
   json bad = chat(8);
   bad["temperature"] = 5;
   expect_error(s.post("/v1/chat/completions", bad), 400, "'temperature'");

@@ -133,7 +133,50 @@ void parse_sampling(const json& j, bool chat, GenerateRequest& g) {
 
 }  // namespace
 
+namespace {
+
+// The offset of the first byte that is not well-formed UTF-8 (RFC 3629: no
+// overlong forms, no surrogates, nothing past U+10FFFF), or npos. JSON text
+// is UTF-8 (RFC 8259), and nlohmann's parser lets raw invalid bytes through
+// inside strings, to fail only when a reply quotes them (a 500).
+size_t invalid_utf8_at(const std::string& s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const size_t n = s.size();
+  for (size_t i = 0; i < n;) {
+    const unsigned char c = p[i];
+    size_t len = 0;
+    unsigned char lo = 0x80, hi = 0xBF;  // the second byte's range
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if (c >= 0xC2 && c <= 0xDF) {
+      len = 2;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      len = 3;
+      if (c == 0xE0) lo = 0xA0;
+      if (c == 0xED) hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      len = 4;
+      if (c == 0xF0) lo = 0x90;
+      if (c == 0xF4) hi = 0x8F;
+    } else {
+      return i;
+    }
+    if (i + len > n || p[i + 1] < lo || p[i + 1] > hi) return i;
+    for (size_t k = 2; k < len; ++k) {
+      if (p[i + k] < 0x80 || p[i + k] > 0xBF) return i;
+    }
+    i += len;
+  }
+  return std::string::npos;
+}
+
+}  // namespace
+
 json parse_object(const std::string& body) {
+  if (const size_t at = invalid_utf8_at(body); at != std::string::npos) {
+    bad_request("the request body is not valid UTF-8 (byte " + std::to_string(at) + ")");
+  }
   json j;
   try {
     j = json::parse(body);

@@ -20,7 +20,6 @@
 
 #include <CLI/CLI.hpp>
 
-#include "core/child.h"
 #include "core/heap.h"
 #include "core/stats.h"
 #include "engine/runtime.h"
@@ -48,7 +47,7 @@ Loads measure(const std::string& path, int ctx, int later, bool vetted) {
   RegistryOptions o;
   o.session.n_ctx = ctx;
   o.parallel = 1;
-  if (vetted) o.vetter = std::make_shared<Vetter>(VetterOptions{.program = {self_exe(), kVetArg}});
+  if (vetted) o.vetter = std::make_shared<Vetter>(VetterOptions{.program = Vetter::this_program()});
   Registry reg(o, {{"m", path, false}});
   Loads l;
   l.first_ms = load_ms(reg);

@@ -99,10 +99,9 @@ Sweep sweep(const std::string& op, const std::string& kind, const std::string& m
   for (int starts = 0; !s.done && starts < 2000; ++starts) {
     reclaim::ChildOptions co;
     co.argv = {FAULT_TRIALS, tiny_model(), op == "request" ? "request" : "load", kind, mode, std::to_string(n)};
-    for (char** e = environ; *e; ++e) co.env.emplace_back(*e);
-    if (op == "load-no-arena") co.env.push_back("RECLAIM_LOAD_ARENA=0");
-    co.env.push_back(std::string("LD_PRELOAD=") + FAULT_LIB);
-    co.env.push_back("GGML_NO_BACKTRACE=1");  // ggml would attach gdb to print one
+    if (op == "load-no-arena") co.env_add.push_back("RECLAIM_LOAD_ARENA=0");
+    co.env_add.push_back(std::string("LD_PRELOAD=") + FAULT_LIB);
+    co.env_add.push_back("GGML_NO_BACKTRACE=1");  // ggml would attach gdb to print one
     co.timeout = std::chrono::seconds(120);
     const reclaim::ChildResult r = reclaim::run_child(co);
     long last = n - 1;

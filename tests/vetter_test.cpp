@@ -9,7 +9,6 @@
 #include <filesystem>
 #include <fstream>
 
-#include "core/child.h"
 #include "core/ledger.h"
 #include "engine/batcher.h"
 #include "gguf_corpus.h"
@@ -35,7 +34,33 @@ void write_damaged(const std::string& name, const std::string& path) {
   ASSERT_TRUE(found) << name;
 }
 
-VetterOptions self_vetting() { return VetterOptions{.program = {self_exe(), kVetArg}}; }
+VetterOptions self_vetting() { return VetterOptions{.program = Vetter::this_program()}; }
+
+// What vet() said when it refused the file (InvalidModelFile); a failure
+// of the test when it did not.
+std::string refusal(Vetter& v, const VetRequest& q) {
+  try {
+    (void)v.vet(q);
+    ADD_FAILURE() << "'" << q.path << "' was accepted";
+  } catch (const InvalidModelFile& e) {
+    return e.what();
+  }
+  return {};
+}
+
+// What vet() said when it could not give a verdict (an Error, tried again
+// later); a failure of the test when it gave one.
+std::string no_verdict(Vetter& v, const VetRequest& q) {
+  try {
+    (void)v.vet(q);
+    ADD_FAILURE() << "'" << q.path << "' was accepted";
+  } catch (const InvalidModelFile& e) {
+    ADD_FAILURE() << "the child's trouble was taken for the file's fault: " << e.what();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return {};
+}
 
 VetRequest request_for(const std::string& path) {
   VetRequest q;
@@ -68,13 +93,9 @@ TEST(Vetter, ADamagedFileIsRefusedWithWhatIsWrongAndTheVerdictIsKept) {
   write_damaged("llama_block_count=0", path);
   Vetter v(self_vetting());
   for (int i = 0; i < 2; ++i) {
-    try {
-      (void)v.vet(request_for(path));
-      ADD_FAILURE() << "a block count of 0 was accepted";
-    } catch (const InvalidModelFile& e) {
-      EXPECT_NE(std::string(e.what()).find("'llama.block_count' is 0"), std::string::npos) << e.what();
-      EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
-    }
+    const std::string m = refusal(v, request_for(path));
+    EXPECT_NE(m.find("'llama.block_count' is 0"), std::string::npos) << m;
+    EXPECT_NE(m.find(path), std::string::npos) << m;
   }
   EXPECT_EQ(v.counts().children, 1u);
   EXPECT_EQ(v.counts().refused, 1u);
@@ -88,14 +109,9 @@ TEST(Vetter, AFileThatMakesLlamaCppAbortEndsOnlyTheChild) {
   Vetter v(self_vetting());
   VetRequest q = request_for(path);
   q.checks = false;
-  try {
-    (void)v.vet(q);
-    ADD_FAILURE() << "a block count of 0 was accepted";
-  } catch (const InvalidModelFile& e) {
-    const std::string m = e.what();
-    EXPECT_NE(m.find("makes llama.cpp abort at the estimate stage"), std::string::npos) << m;
-    EXPECT_NE(m.find("GGML_ASSERT(hparams.n_layer_all > 0"), std::string::npos) << m;
-  }
+  const std::string m = refusal(v, q);
+  EXPECT_NE(m.find("makes llama.cpp abort at the estimate stage"), std::string::npos) << m;
+  EXPECT_NE(m.find("GGML_ASSERT(hparams.n_layer_all > 0"), std::string::npos) << m;
   // This process is alive to say so, and the file's verdict is kept.
   EXPECT_THROW((void)v.vet(q), InvalidModelFile);
   EXPECT_EQ(v.counts().children, 1u);
@@ -105,21 +121,13 @@ TEST(Vetter, IntegerWeightsAreNamedBeforeTheyCrashADecode) {
   const std::string path = temp_path("vet-i8.gguf");
   write_damaged("last-tensor-type-i8", path);
   Vetter v(self_vetting());
-  try {
-    (void)v.vet(request_for(path));
-    ADD_FAILURE() << "int8 weights were accepted";
-  } catch (const InvalidModelFile& e) {
-    EXPECT_NE(std::string(e.what()).find("is of type i8, which no model weight is"), std::string::npos) << e.what();
-  }
+  const std::string checked = refusal(v, request_for(path));
+  EXPECT_NE(checked.find("is of type i8, which no model weight is"), std::string::npos) << checked;
   // Without the check the decode crashes; the child contains that too.
   VetRequest q = request_for(path);
   q.checks = false;
-  try {
-    (void)v.vet(q);
-    ADD_FAILURE() << "int8 weights were accepted without the checks";
-  } catch (const InvalidModelFile& e) {
-    EXPECT_NE(std::string(e.what()).find("crashed the vetting process (signal"), std::string::npos) << e.what();
-  }
+  const std::string crashed = refusal(v, q);
+  EXPECT_NE(crashed.find("crashed the vetting process (signal"), std::string::npos) << crashed;
 }
 
 TEST(Vetter, AFileRewrittenInPlaceIsVettedAgain) {
@@ -136,13 +144,9 @@ TEST(Vetter, AFileRewrittenInPlaceIsVettedAgain) {
 TEST(Vetter, AnAbortIsAVerdictWithItsMessage) {
   // A stand-in child that dies as an assert does, after its message.
   Vetter v(VetterOptions{.program = {"/bin/sh", "-c", "echo 'x.cpp:1: GGML_ASSERT(n > 0) failed' >&2; kill -ABRT $$", "sh"}});
-  try {
-    (void)v.vet(request_for(small_model("spm")));
-    ADD_FAILURE() << "an aborted child gave no error";
-  } catch (const InvalidModelFile& e) {
-    EXPECT_NE(std::string(e.what()).find("signal 6"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("GGML_ASSERT(n > 0) failed"), std::string::npos) << e.what();
-  }
+  const std::string m = refusal(v, request_for(small_model("spm")));
+  EXPECT_NE(m.find("signal 6"), std::string::npos) << m;
+  EXPECT_NE(m.find("GGML_ASSERT(n > 0) failed"), std::string::npos) << m;
 }
 
 TEST(Vetter, AChildOutOfMemoryIsAnErrorTriedAgainNotAVerdict) {
@@ -152,14 +156,8 @@ TEST(Vetter, AChildOutOfMemoryIsAnErrorTriedAgainNotAVerdict) {
                                      "echo 'ggml.c:414: fatal error' >&2; kill -ABRT $$",
                                      "sh"}});
   for (int i = 0; i < 2; ++i) {
-    try {
-      (void)v.vet(request_for(small_model("spm")));
-      ADD_FAILURE() << "a child out of memory gave a verdict";
-    } catch (const InvalidModelFile& e) {
-      ADD_FAILURE() << "memory exhausted was taken for the file's fault: " << e.what();
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("ran out of memory"), std::string::npos) << e.what();
-    }
+    const std::string m = no_verdict(v, request_for(small_model("spm")));
+    EXPECT_NE(m.find("ran out of memory"), std::string::npos) << m;
   }
   EXPECT_EQ(v.counts().children, 2u);
   EXPECT_EQ(v.counts().refused, 0u);
@@ -170,14 +168,8 @@ TEST(Vetter, AChildPastItsTimeIsAnErrorTriedAgainNotAVerdict) {
   o.timeout = 200ms;
   Vetter v(o);
   for (int i = 0; i < 2; ++i) {
-    try {
-      (void)v.vet(request_for(small_model("spm")));
-      ADD_FAILURE() << "a hung child gave a verdict";
-    } catch (const InvalidModelFile& e) {
-      ADD_FAILURE() << "a timeout was taken for the file's fault: " << e.what();
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("took longer than"), std::string::npos) << e.what();
-    }
+    const std::string m = no_verdict(v, request_for(small_model("spm")));
+    EXPECT_NE(m.find("took longer than"), std::string::npos) << m;
   }
   EXPECT_EQ(v.counts().children, 2u);
 }

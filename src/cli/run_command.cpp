@@ -14,7 +14,6 @@
 
 #include "cli/commands.h"
 #include "core/cancel.h"
-#include "core/child.h"
 #include "core/error.h"
 #include "core/size.h"
 #include "engine/chat.h"
@@ -23,7 +22,6 @@
 #include "engine/progress.h"
 #include "engine/runtime.h"
 #include "engine/test_model.h"
-#include "engine/vet.h"
 #include "runtime/vetter.h"
 
 namespace reclaim::cli {
@@ -136,7 +134,7 @@ int run(const Args& a) {
     } else {
       // In a child first: a file that makes llama.cpp abort ends that child,
       // and this one says what was wrong (runtime/vetter.h).
-      Vetter vetter(VetterOptions{.program = {self_exe(), kVetArg}});
+      Vetter vetter(VetterOptions{.program = Vetter::this_program()});
       VetRequest q;
       q.path = load.path;
       q.n_gpu_layers = load.n_gpu_layers;

@@ -12,14 +12,12 @@
 #include <thread>
 
 #include "cli/commands.h"
-#include "core/child.h"
 #include "core/defer.h"
 #include "core/heap.h"
 #include "core/ledger.h"
 #include "core/size.h"
 #include "engine/runtime.h"
 #include "engine/test_model.h"
-#include "engine/vet.h"
 #include "runtime/registry.h"
 #include "server/openai.h"
 #include "server/server.h"
@@ -116,7 +114,7 @@ int serve(const Args& a) {
     // This program is its own vetting child (main.cpp): a file that makes
     // llama.cpp abort ends that child, not the server.
     VetterOptions vo;
-    vo.program = {self_exe(), kVetArg};
+    vo.program = Vetter::this_program();
     vo.timeout = duration(a.vet_timeout, "vet-timeout");
     vo.log = true;
     opts.vetter = std::make_shared<Vetter>(std::move(vo));

@@ -75,12 +75,16 @@ ChildResult run_child(const ChildOptions& o) {
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
   std::vector<std::string> env_store = o.env;
+  if (env_store.empty() && !o.env_add.empty()) {
+    for (char** e = environ; *e; ++e) env_store.emplace_back(*e);
+  }
+  env_store.insert(env_store.end(), o.env_add.begin(), o.env_add.end());
   std::vector<char*> envp;
   for (std::string& e : env_store) envp.push_back(e.data());
   envp.push_back(nullptr);
 
   pid_t pid = 0;
-  const int rc = ::posix_spawn(&pid, args[0].c_str(), &fa, nullptr, argv.data(), o.env.empty() ? environ : envp.data());
+  const int rc = ::posix_spawn(&pid, args[0].c_str(), &fa, nullptr, argv.data(), env_store.empty() ? environ : envp.data());
   ::close(out_pipe[1]);
   ::close(err_pipe[1]);
   if (rc != 0) throw Error("cannot start '" + o.argv[0] + "': " + std::strerror(rc));

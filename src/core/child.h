@@ -15,8 +15,10 @@ namespace reclaim {
 
 struct ChildOptions {
   std::vector<std::string> argv;  // argv[0] is the program's path
-  // The child's environment; empty: this process's own.
+  // The child's environment; empty: this process's own, with `env_add`
+  // after it (a later NAME=value wins).
   std::vector<std::string> env;
+  std::vector<std::string> env_add;
   // Killed (SIGKILL) once it has run this long; 0: no limit.
   std::chrono::milliseconds timeout{0};
   // What is kept of each stream; the rest is read and dropped, so that a

@@ -5,7 +5,6 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
-#include <memory>
 #include <optional>
 #include <string_view>
 #include <unordered_map>
@@ -37,7 +36,7 @@ class Meta {
 
   // Integers of any width, as int64 (a u64 past int64 is read as its maximum,
   // which every range check below refuses).
-  static std::optional<int64_t> integer(const gguf_context* c, gguf_type t, const void* p) {
+  static std::optional<int64_t> integer(gguf_type t, const void* p) {
     switch (t) {
       case GGUF_TYPE_UINT8: return *static_cast<const uint8_t*>(p);
       case GGUF_TYPE_INT8: return *static_cast<const int8_t*>(p);
@@ -51,7 +50,7 @@ class Meta {
         return v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ? std::numeric_limits<int64_t>::max()
                                                                              : static_cast<int64_t>(v);
       }
-      default: (void)c; return std::nullopt;
+      default: return std::nullopt;
     }
   }
 
@@ -68,13 +67,13 @@ class Meta {
       const auto* data = static_cast<const uint8_t*>(gguf_get_arr_data(ctx_, id));
       const size_t width = type_size(at);
       for (size_t i = 0; i < n; ++i) {
-        std::optional<int64_t> v = integer(ctx_, at, data + i * width);
+        std::optional<int64_t> v = integer(at, data + i * width);
         if (!v) fail("'" + key + "' is an array of " + gguf_type_name(at) + ", not of integers");
         out.push_back(*v);
       }
       return out;
     }
-    std::optional<int64_t> v = integer(ctx_, t, gguf_get_val_data(ctx_, id));
+    std::optional<int64_t> v = integer(t, gguf_get_val_data(ctx_, id));
     if (!v) fail("'" + key + "' is a " + gguf_type_name(t) + ", not an integer");
     out.push_back(*v);
     return out;
@@ -170,8 +169,8 @@ void check_vocab(const gguf_context* ctx, const Meta& m, const std::string& arch
   const int64_t embd = gguf_find_tensor(ctx, "token_embd.weight");
   const int64_t rows = embd >= 0 ? gguf_get_tensor_ne(ctx, embd)[1] : -1;
   const int64_t model = gguf_find_key(ctx, "tokenizer.ggml.model");
-  const bool no_vocab = model >= 0 && gguf_get_kv_type(ctx, model) == GGUF_TYPE_STRING &&
-                        (std::string(gguf_get_val_str(ctx, model)) == "no_vocab" || std::string(gguf_get_val_str(ctx, model)) == "none");
+  const std::string_view kind = model >= 0 && gguf_get_kv_type(ctx, model) == GGUF_TYPE_STRING ? gguf_get_val_str(ctx, model) : "";
+  const bool no_vocab = kind == "no_vocab" || kind == "none";
   if (no_vocab) {
     const std::optional<int64_t> size = m.scalar(arch + ".vocab_size");
     if (size && rows >= 0 && *size > rows) {

@@ -6,8 +6,6 @@
 
 #include <cstdio>
 
-extern char** environ;
-
 #include "core/child.h"
 #include "core/file_identity.h"
 #include "core/ledger.h"
@@ -85,8 +83,11 @@ Vetter::~Vetter() {
   ::close(stop_pipe_[1]);
 }
 
+std::vector<std::string> Vetter::this_program() { return {self_exe(), kVetArg}; }
+
 std::string Vetter::key(const VetRequest& q, const std::string& identity) {
-  return q.path + "\n" + identity + "\n" + to_json(q).dump();
+  // The request names the path; the identity says which file is there now.
+  return identity + "\n" + to_json(q).dump();
 }
 
 std::optional<VetReport> Vetter::known(const VetRequest& q) const {
@@ -168,8 +169,7 @@ VetReport Vetter::run_child_for(const VetRequest& q) {
   co.stop_fd = stop_pipe_[0];
   // On an assert ggml attaches gdb to print a backtrace (seconds, on the
   // child's stdout); the verdict needs only the assert's own line.
-  for (char** e = environ; *e; ++e) co.env.emplace_back(*e);
-  co.env.emplace_back("GGML_NO_BACKTRACE=1");
+  co.env_add = {"GGML_NO_BACKTRACE=1"};
   const auto t0 = std::chrono::steady_clock::now();
   const ChildResult c = run_child(co);
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

@@ -29,8 +29,8 @@
 namespace reclaim {
 
 struct VetterOptions {
-  // The vetting program and its arguments before the request, e.g.
-  // {self_exe(), kVetArg}.
+  // The vetting program and its arguments before the request:
+  // Vetter::this_program() in a program that calls vet_child_main.
   std::vector<std::string> program;
   std::chrono::milliseconds timeout = std::chrono::minutes(10);
   bool log = false;  // a line on stderr for each verdict (also RECLAIM_LOG=models)
@@ -54,6 +54,9 @@ class Vetter {
   // when the file is unfit (also from the cache, at no cost), Error when the
   // child cannot be run or did not finish (not cached: it may succeed later).
   VetReport vet(const VetRequest& request);
+  // This program as its own vetting child, for a main() that hands kVetArg
+  // to vet_child_main (reclaim's, bench-vet's, the engine tests').
+  static std::vector<std::string> this_program();
   // The verdict if it is known now, without running anything.
   std::optional<VetReport> known(const VetRequest& request) const;
   // Vets these, one after another, on the vetter's thread (started with it,

@@ -4,14 +4,15 @@
 
 #include <atomic>
 #include <cerrno>
-#include <cstring>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <mutex>
 
 #include "engine/batcher.h"
 #include "engine/chat.h"
 #include "engine/generate.h"
+#include "engine/generation.h"
 #include "server/openai.h"
 #include "server/metrics.h"
 #include "server/resources.h"
@@ -81,16 +82,13 @@ struct Running {
 };
 
 // Tokenizes the prompt once (generate then takes the tokens) and checks it
-// against the context before anything is sent, so that a stream never
-// starts for a request that cannot run.
+// against the vocabulary and the context, as the engine would, before
+// anything is sent, so that a stream never starts for a request that cannot
+// run (BadPrompt and ContextOverflow are 400s).
 void prepare_prompt(Running& run) {
   GenerateRequest& g = run.req.generate;
-  const llama_vocab* vocab = run.lease.model().vocab();
-  if (g.prompt_tokens.empty()) g.prompt_tokens = tokenize(vocab, g.prompt, g.add_special);
-  if (g.prompt_tokens.empty()) bad_request("the prompt is empty (no tokens)");
-  check_token_ids(vocab, g.prompt_tokens);
   const int32_t n_ctx = run.session.n_ctx > 0 ? run.session.n_ctx : run.lease.model().info().n_ctx_train;
-  check_context_fits(static_cast<int32_t>(g.prompt_tokens.size()), g.max_tokens, n_ctx);
+  g.prompt_tokens = prompt_tokens(run.lease.model().vocab(), g, n_ctx);
 }
 
 // On the model's batch when it batches, else on a session of its own.

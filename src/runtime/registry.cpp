@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <deque>
 #include <utility>
 
 #include "core/file_identity.h"
@@ -10,6 +11,7 @@
 #include "core/size.h"
 #include "engine/batcher.h"
 #include "engine/model_info.h"
+#include "runtime/registry_entry.h"
 
 namespace reclaim {
 
@@ -22,30 +24,6 @@ const char* model_state_name(ModelState s) {
   }
   return "?";
 }
-
-using Steady = std::chrono::steady_clock;
-
-struct Registry::Entry {
-  explicit Entry(ModelSpec s) : spec(std::move(s)) {}
-  ModelSpec spec;
-  ModelState state = ModelState::unloaded;
-  std::unique_ptr<Model> model;
-  int in_flight = 0;
-  int queued = 0;
-  std::vector<CancelToken*> tokens;  // of the leases in flight
-  bool unload_requested = false;     // no new leases until it is unloaded
-  std::atomic<float> progress{0};
-  int64_t estimate = 0;  // of the last load
-  int64_t model_estimate = 0;
-  std::string estimated_file;  // identity of the file the estimate is of (file_identity)
-  int64_t reserved = 0;  // what the budget counts for it now
-  uint64_t loads = 0, unloads = 0;
-  double last_load_ms = 0, last_unload_ms = 0;
-  std::chrono::system_clock::time_point last_use{};
-  Steady::time_point last_use_steady{};
-  Steady::time_point expires = Steady::time_point::max();
-  std::string last_error;
-};
 
 namespace {
 
@@ -104,61 +82,31 @@ const Registry::Entry& Registry::find_locked(const std::string& name) const {
   return const_cast<Registry*>(this)->find_locked(name);
 }
 
-Lease Registry::acquire(const std::string& name, Millis keep_alive) {
+Lease Registry::acquire(const std::string& name, Millis keep_alive, const Wait& wait) {
   check_name(name);
   std::unique_lock lock(mu_);
-  for (;;) {
-    if (stopping_) throw NoRoom("the server is shutting down");
-    Entry& e = find_locked(name);
-    if (e.state == ModelState::loaded && !e.unload_requested && options_.max_running > 0 &&
-        e.in_flight >= options_.max_running) {
-      if (e.queued >= options_.max_queue) {
-        throw QueueFull("model '" + name + "' has " + std::to_string(e.in_flight) + " requests running and " +
-                        std::to_string(e.queued) + " waiting, the most it takes; try again shortly");
-      }
-      ++e.queued;
-      cv_.wait(lock);
-      --e.queued;
-      continue;
-    }
-    if (e.state == ModelState::loaded && !e.unload_requested) {
-      Lease l;
-      l.registry_ = this;
-      l.entry_ = &e;
-      l.model_ = e.model.get();
-      l.token_ = std::make_unique<CancelToken>();
-      l.keep_alive_ = keep_alive;
-      e.tokens.push_back(l.token_.get());
-      ++e.in_flight;
-      e.expires = Steady::time_point::max();
-      return l;
-    }
-    if (e.state == ModelState::unloaded && !e.unload_requested) {
-      if (!options_.autoload) {
-        throw NotLoaded("model '" + name + "' is not loaded, and this server does not load models on request "
-                        "(--no-autoload): load it with POST /v1/models/load");
-      }
-      load_locked(lock, e);
-      continue;
-    }
-    cv_.wait(lock);  // loading, unloading, or an unload is waiting for its requests
-  }
+  Entry& e = find_locked(name);
+  if (!admit_locked(lock, e, wait, true, options_.autoload)) return Lease();
+  Lease l;
+  l.registry_ = this;
+  l.entry_ = &e;
+  l.model_ = e.model.get();
+  l.token_ = std::make_unique<CancelToken>();
+  l.keep_alive_ = keep_alive;
+  e.tokens.push_back(l.token_.get());
+  ++e.in_flight;
+  e.expires = Steady::time_point::max();
+  return l;
 }
 
-void Registry::load(const std::string& name, bool pin) {
+void Registry::load(const std::string& name, bool pin, const Wait& wait) {
   check_name(name);
   std::unique_lock lock(mu_);
   Entry& e = find_locked(name);
   if (pin) e.spec.pinned = true;
-  for (;;) {
-    if (stopping_) throw NoRoom("the server is shutting down");
-    if (e.state == ModelState::loaded && !e.unload_requested) break;
-    if (e.state == ModelState::unloaded && !e.unload_requested) {
-      load_locked(lock, e);
-      continue;
-    }
-    cv_.wait(lock);
-  }
+  Wait w = wait;
+  w.no_wait = false;
+  admit_locked(lock, e, w, false, true);
   if (e.in_flight == 0) {
     e.expires = e.spec.pinned || options_.keep_alive.count() < 0 ? Steady::time_point::max()
                                                                    : Steady::now() + options_.keep_alive;
@@ -166,17 +114,42 @@ void Registry::load(const std::string& name, bool pin) {
   }
 }
 
-void Registry::load_locked(std::unique_lock<std::mutex>& lock, Entry& e) {
-  e.state = ModelState::loading;
-  e.progress = 0;
-  e.last_error.clear();
-  cv_.notify_all();
-  auto fail = [&](const std::string& why) {
-    e.state = ModelState::unloaded;
-    e.reserved = 0;
-    e.last_error = why;
-    cv_.notify_all();
-  };
+int64_t Registry::estimate_for_locked(std::unique_lock<std::mutex>& lock, Entry& e) {
+  ModelLoad load = model_load(e);
+  const VetRequest vet = vet_request(e);
+  const llama_context_params& cp = vet.context;
+  // The contexts that may be alive at once: the batch's one, or one a pooled slot, at least one.
+  const int64_t n_contexts = options_.parallel > 0 ? 1 : std::max(1, options_.pooled_contexts);
+  lock.unlock();
+  // The estimate loads the file's metadata and vocab and plans a context,
+  // about as long as the load itself (400 ms of a 1.1 s swap to a 151,936-
+  // token model, bench/swap); the options never change, so a reload of the
+  // same file takes the last one.
+  const std::string identity = file_identity(load.path);
+  lock.lock();
+  if (!identity.empty() && identity == e.estimated_file && e.estimate > 0) return e.estimate;
+  lock.unlock();
+  int64_t estimate = 0, model_estimate = 0;
+  try {
+    // A file not yet vetted is read first in a child process, which may
+    // die of it; the child's estimate is the one this process would make.
+    MemoryEstimate m = options_.vetter ? options_.vetter->vet(vet).estimate : estimate_memory(load, cp);
+    model_estimate = m.model_host + m.model_device;
+    estimate = m.model_host + m.model_device + m.model_overhead +
+               n_contexts * (m.per_context_host() + m.context_device + m.compute_device);
+  } catch (const std::exception& ex) {
+    lock.lock();
+    e.last_error = ex.what();
+    throw;
+  }
+  lock.lock();
+  e.estimate = estimate;
+  e.model_estimate = model_estimate;
+  e.estimated_file = identity;
+  return estimate;
+}
+
+ModelLoad Registry::model_load(Entry& e) {
   ModelLoad load;
   load.path = e.spec.path;
   load.name = e.spec.name;
@@ -189,51 +162,17 @@ void Registry::load_locked(std::unique_lock<std::mutex>& lock, Entry& e) {
     std::lock_guard lock(mu_);  // the flag is read under the registry's lock
     return !stopping_;
   };
-  const BatcherOptions batching{options_.parallel, options_.session};
-  const VetRequest vet = vet_request(e);
-  const llama_context_params& cp = vet.context;
-  // The contexts that may be alive at once: the batch's one, or one a pooled slot, at least one.
-  const int64_t n_contexts = options_.parallel > 0 ? 1 : std::max(1, options_.pooled_contexts);
+  return load;
+}
 
-  lock.unlock();
-  int64_t estimate = 0, model_estimate = 0;
-  // The estimate loads the file's metadata and vocab and plans a context,
-  // about as long as the load itself (400 ms of a 1.1 s swap to a 151,936-
-  // token model, bench/swap); the options never change, so a reload of the
-  // same file takes the last one.
-  const std::string identity = file_identity(load.path);
-  lock.lock();
-  const bool known = !identity.empty() && identity == e.estimated_file && e.estimate > 0;
-  if (known) {
-    estimate = e.estimate;
-    model_estimate = e.model_estimate;
-  }
-  lock.unlock();
-  if (!known) {
-    try {
-      // A file not yet vetted is read first in a child process, which may
-      // die of it; the child's estimate is the one this process would make.
-      MemoryEstimate m = options_.vetter ? options_.vetter->vet(vet).estimate : estimate_memory(load, cp);
-      model_estimate = m.model_host + m.model_device;
-      estimate = m.model_host + m.model_device + m.model_overhead +
-                 n_contexts * (m.per_context_host() + m.context_device + m.compute_device);
-    } catch (const std::exception& ex) {
-      lock.lock();
-      fail(ex.what());
-      throw;
-    }
-  }
-  lock.lock();
-  try {
-    make_room_locked(lock, e, estimate);
-  } catch (const std::exception& ex) {
-    fail(ex.what());
-    throw;
-  }
-  e.estimate = estimate;
-  e.model_estimate = model_estimate;
-  e.estimated_file = identity;
+void Registry::load_locked(std::unique_lock<std::mutex>& lock, Entry& e, int64_t estimate) {
+  e.state = ModelState::loading;
+  e.progress = 0;
+  e.last_error.clear();
   e.reserved = estimate;
+  cv_.notify_all();
+  const ModelLoad load = model_load(e);
+  const BatcherOptions batching{options_.parallel, options_.session};
   lock.unlock();
   const Steady::time_point t0 = Steady::now();
   std::unique_ptr<Model> model;
@@ -242,7 +181,10 @@ void Registry::load_locked(std::unique_lock<std::mutex>& lock, Entry& e) {
     if (options_.parallel > 0) model->start_batcher(batching);
   } catch (const std::exception& ex) {
     lock.lock();
-    fail(ex.what());
+    e.state = ModelState::unloaded;
+    e.reserved = 0;
+    e.last_error = ex.what();
+    cv_.notify_all();
     throw;
   }
   const double ms = ms_since(t0);
@@ -251,7 +193,7 @@ void Registry::load_locked(std::unique_lock<std::mutex>& lock, Entry& e) {
     // The estimate is checked against what the load took: the ledger has the
     // weights now; contexts are added as requests come.
     std::fprintf(stderr, "reclaim: loaded '%s' in %.0f ms: estimate %s (model %s), on the ledger %s\n",
-                 e.spec.name.c_str(), ms, format_bytes(estimate).c_str(), format_bytes(model_estimate).c_str(),
+                 e.spec.name.c_str(), ms, format_bytes(estimate).c_str(), format_bytes(e.model_estimate).c_str(),
                  format_bytes(actual).c_str());
   }
   lock.lock();
@@ -287,55 +229,6 @@ void Registry::vet_in_background() {
     for (const Entry& e : entries_) qs.push_back(vet_request(e));
   }
   options_.vetter->vet_in_background(std::move(qs));
-}
-
-void Registry::make_room_locked(std::unique_lock<std::mutex>& lock, Entry& for_entry, int64_t needed) {
-  const int64_t budget = options_.memory_budget;
-  if (budget > 0 && needed > budget) {
-    throw NoRoom("model '" + for_entry.spec.name + "' needs about " + format_bytes(needed) +
-                 ", more than the whole memory budget of " + format_bytes(budget));
-  }
-  for (;;) {
-    int64_t used = 0;
-    int loaded = 0;
-    bool unloading = false;
-    for (const Entry& e : entries_) {
-      if (&e == &for_entry) continue;
-      used += e.reserved;
-      if (e.state == ModelState::loaded || e.state == ModelState::loading) ++loaded;
-      unloading = unloading || e.state == ModelState::unloading;
-    }
-    const bool budget_ok = budget == 0 || used + needed <= budget;
-    const bool count_ok = options_.max_loaded == 0 || loaded < options_.max_loaded;
-    if (budget_ok && count_ok) return;
-    // Least recently used first, among the idle ones nobody pinned.
-    Entry* victim = nullptr;
-    for (Entry& e : entries_) {
-      if (&e == &for_entry || e.state != ModelState::loaded || e.in_flight > 0 || e.spec.pinned || e.unload_requested) continue;
-      if (!victim || e.last_use_steady < victim->last_use_steady) victim = &e;
-    }
-    if (victim) {
-      unload_locked(lock, *victim, UnloadMode::drain, Millis(0));
-      continue;
-    }
-    if (unloading) {
-      cv_.wait(lock);
-      continue;
-    }
-    std::string held;
-    for (const Entry& e : entries_) {
-      if (&e == &for_entry || e.reserved == 0) continue;
-      held += (held.empty() ? "" : ", ") + e.spec.name + " " + format_bytes(e.reserved) +
-              (e.spec.pinned ? " (pinned)" : e.in_flight > 0 ? " (" + std::to_string(e.in_flight) + " requests in flight)" : " (loading)");
-    }
-    if (!budget_ok) {
-      throw NoRoom("model '" + for_entry.spec.name + "' needs about " + format_bytes(needed) + " and " +
-                   format_bytes(std::max<int64_t>(0, budget - used)) + " of the " + format_bytes(budget) +
-                   " budget is free; held by: " + held);
-    }
-    throw NoRoom("model '" + for_entry.spec.name + "' would be model " + std::to_string(loaded + 1) + " loaded, over --max-loaded " +
-                 std::to_string(options_.max_loaded) + "; none can be evicted: " + held);
-  }
 }
 
 void Registry::unload(const std::string& name, UnloadMode mode, Millis timeout) {
@@ -442,6 +335,12 @@ ModelStatus Registry::status_locked(const Entry& e) const {
   s.pinned = e.spec.pinned;
   s.in_flight = e.in_flight;
   s.queued = e.queued;
+  s.draining = e.draining;
+  int place = 0;
+  for (const Turn& t : line_) {
+    ++place;
+    if (t.entry == &e) s.line_position = place;
+  }
   s.load_progress = e.progress;
   s.estimate = e.estimate;
   if (e.model && e.state == ModelState::loaded) s.loaded_bytes = ledger_bytes_under(e.model->scope().path());
@@ -467,6 +366,13 @@ std::vector<ModelStatus> Registry::list() const {
   std::vector<ModelStatus> out;
   for (const Entry& e : entries_) out.push_back(status_locked(e));
   return out;
+}
+
+SchedulerStats Registry::scheduler() const {
+  std::lock_guard lock(mu_);
+  SchedulerStats s = sched_;
+  for (const Turn& t : line_) s.line.push_back(t.entry->spec.name);
+  return s;
 }
 
 ModelStatus Registry::status(const std::string& name) const {

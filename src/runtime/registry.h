@@ -4,9 +4,19 @@
 // loaded, and an unload waits for the last one (drain) or cancels them through
 // their tokens (cancel). A model nobody holds is unloaded when its keep-alive
 // expires, or evicted, least recently used first, when another model needs
-// its room in the memory budget; pinned models and models with requests in
-// flight are never evicted. Concurrent requests for a model that is loading
-// wait for that one load.
+// its room in the memory budget. Concurrent requests for a model that is
+// loading wait for that one load.
+//
+// Scheduling (docs/architecture.md, "Scheduling"): a request for a model that
+// has no room yet waits in one first-in, first-out line of models. Requests
+// for the same model share its place. Only the model at the head of the line
+// makes room: idle models are unloaded, busy ones are chosen to drain (they
+// admit no new request, and their requests run to their end or, after
+// drain_timeout, are cancelled) and then unloaded. A model whose requests
+// wait behind one being drained takes its own place at the end of the line,
+// so two busy models take turns and neither starves. A request waits at most
+// queue_timeout; a model that can never fit (the budget, the pinned models)
+// is refused at once.
 //
 // Memory is accounted with the engine's estimate before a load (the budget
 // is never exceeded by that accounting) and checked against the ledger after.
@@ -15,6 +25,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -59,6 +70,11 @@ struct RegistryOptions {
   // max_queue of them a model, and beyond that are refused (QueueFull).
   int max_running = 0;
   int max_queue = 32;
+  // How long a request may wait for a slot, a load or a swap (QueueTimeout).
+  Millis queue_timeout = std::chrono::minutes(5);
+  // How long a model chosen to make room lets its requests finish before it
+  // cancels them.
+  Millis drain_timeout = std::chrono::seconds(30);
   SessionOptions session;     // the context a request gets; sized into the estimate
   // Vets each file in a child process before its first load (runtime/
   // vetter.h); null: files are trusted, and estimated in this process.
@@ -87,13 +103,47 @@ class QueueFull : public Error {  // 429: too many requests waiting for the mode
  public:
   using Error::Error;
 };
+class QueueTimeout : public Error {  // 503: waited queue_timeout for a slot or a load
+ public:
+  using Error::Error;
+};
+class ClientGone : public Error {  // the waiting request's client left
+ public:
+  using Error::Error;
+};
+
+// How a request waits in acquire() or load().
+struct Wait {
+  // Polled at least every `poll` while waiting; false: the client is gone and
+  // the request leaves the line (ClientGone). Runs under the registry's lock,
+  // so it must be quick (a poll(2) on the socket, a keep-alive write).
+  std::function<bool()> still_wanted;
+  Millis poll = std::chrono::milliseconds(100);
+  // Not waiting at all: acquire() returns an empty lease where it would wait
+  // (it still throws QueueFull where the line is full).
+  bool no_wait = false;
+};
+
+// Counts of the scheduler since the start, for /metrics.
+struct SchedulerStats {
+  uint64_t waits = 0;           // requests that waited for a slot, a load or a swap
+  double wait_seconds = 0;      // their waits, summed
+  uint64_t evictions = 0;       // models unloaded to make room
+  uint64_t drains = 0;          // busy models chosen to drain for room
+  uint64_t timeouts = 0;        // QueueTimeout
+  uint64_t gone = 0;            // clients that left while waiting
+  int waiting = 0;              // requests waiting now
+  std::vector<std::string> line;  // the models waiting for room, first first
+};
 
 struct ModelStatus {
   std::string name, path;
   ModelState state = ModelState::unloaded;
   bool pinned = false;
   int in_flight = 0;
-  int queued = 0;            // requests waiting for a running slot
+  int queued = 0;            // requests waiting: for a running slot, a load or a swap
+  bool draining = false;     // chosen to make room: admits no new request
+  int line_position = 0;     // 1-based place in the line for room; 0: not in it
   float load_progress = 0;   // 0..1 while loading
   int64_t estimate = 0;      // bytes the budget counts (host + device), 0 before the first load
   int64_t loaded_bytes = 0;  // on the ledger under the model's scope, while loaded
@@ -120,17 +170,19 @@ class Registry {
   Registry(const Registry&) = delete;
   Registry& operator=(const Registry&) = delete;
 
-  // Throws BadModelName, UnknownModel, NotLoaded, NoRoom, or the load's Error.
+  // Throws BadModelName, UnknownModel, NotLoaded, NoRoom, QueueFull,
+  // QueueTimeout, ClientGone, or the load's Error.
   // `keep_alive`: this request's (Ollama's keep_alive field); -2: the registry's.
-  Lease acquire(const std::string& name, Millis keep_alive = Millis(-2));
+  Lease acquire(const std::string& name, Millis keep_alive = Millis(-2), const Wait& wait = {});
   // Loads without a request; `pin` keeps it from eviction and keep-alive.
-  void load(const std::string& name, bool pin = false);
+  void load(const std::string& name, bool pin = false, const Wait& wait = {});
   // Returns once the model is unloaded. drain: waits up to `timeout` for the
   // requests in flight, then cancels them; cancel: cancels them at once.
   void unload(const std::string& name, UnloadMode mode, Millis timeout);
   void unload_all(UnloadMode mode, Millis timeout);
 
   std::vector<ModelStatus> list() const;
+  SchedulerStats scheduler() const;
   ModelStatus status(const std::string& name) const;
   // Waits (on the registry's condition, not a sleep) until `name` is in `state`.
   bool wait_for_state(const std::string& name, ModelState state, Millis timeout) const;
@@ -147,6 +199,7 @@ class Registry {
 
  private:
   struct Entry;
+  struct Turn;
   friend class Lease;
 
   Entry& find_locked(const std::string& name);
@@ -156,8 +209,23 @@ class Registry {
   llama_context_params context_params() const;
   VetRequest vet_request(const Entry& e) const;
   // With the lock held on entry and exit; drops it while loading.
-  void load_locked(std::unique_lock<std::mutex>& lock, Entry& e);
-  void make_room_locked(std::unique_lock<std::mutex>& lock, Entry& for_entry, int64_t needed);
+  void load_locked(std::unique_lock<std::mutex>& lock, Entry& e, int64_t estimate);
+  ModelLoad model_load(Entry& e);
+  // Bytes the budget counts for `e`: the last estimate of the same file, or
+  // a new one (in the vetting child). Drops the lock while it estimates.
+  int64_t estimate_for_locked(std::unique_lock<std::mutex>& lock, Entry& e);
+
+  // Scheduling (runtime/scheduling.cpp). Waits until `e` is loaded and admits
+  // requests (and, with `slot`, has a running slot for this one), loading it
+  // when its turn comes; false: it would wait and wait.no_wait was set.
+  bool admit_locked(std::unique_lock<std::mutex>& lock, Entry& e, const Wait& wait, bool slot, bool autoload);
+  // Makes room for the model at the head of the line and loads it; false:
+  // not yet (busy models are draining, or models are on their way out).
+  bool take_turn_locked(std::unique_lock<std::mutex>& lock, Entry& e, Turn& turn);
+  // One step towards room for `for_entry`; true: it fits.
+  bool make_room_locked(std::unique_lock<std::mutex>& lock, Entry& for_entry, int64_t needed);
+  void erase_turn_locked(std::list<Turn>::iterator it);
+  void stop_draining_locked();
   void unload_locked(std::unique_lock<std::mutex>& lock, Entry& e, UnloadMode mode, Millis timeout);
   void finish_unload_locked(std::unique_lock<std::mutex>& lock, Entry& e);
   void release_lease(Lease& lease) noexcept;
@@ -169,6 +237,9 @@ class Registry {
   mutable std::condition_variable cv_;  // any state or lease change
   std::condition_variable reaper_cv_;
   std::list<Entry> entries_;  // stable addresses: leases point into it
+  std::list<Turn> line_;      // models waiting for room, first in first
+  uint64_t next_ticket_ = 1;
+  SchedulerStats sched_;
   bool stopping_ = false;
   std::thread reaper_;
 };

@@ -1,0 +1,50 @@
+// The registry's record of one model and of a model's place in the line for
+// room: shared by registry.cpp (loads, unloads, leases) and scheduling.cpp.
+#pragma once
+
+#include <atomic>
+#include <deque>
+
+#include "runtime/registry.h"
+
+namespace reclaim {
+
+using Steady = std::chrono::steady_clock;
+
+struct Registry::Entry {
+  explicit Entry(ModelSpec s) : spec(std::move(s)) {}
+  ModelSpec spec;
+  ModelState state = ModelState::unloaded;
+  std::unique_ptr<Model> model;
+  int in_flight = 0;
+  int queued = 0;                    // requests waiting for it: a slot, a load, a swap
+  std::deque<uint64_t> slot_line;    // the requests waiting for a running slot, first first
+  std::vector<CancelToken*> tokens;  // of the leases in flight
+  bool unload_requested = false;     // no new leases until it is unloaded
+  bool draining = false;             // chosen to make room: no new leases until its turn
+  Steady::time_point drain_since{};
+  // Requests whose turn loaded it and that have not taken their lease yet:
+  // until they have, it is not idle, so that the next turn cannot take it.
+  int pending_admits = 0;
+  std::atomic<float> progress{0};
+  int64_t estimate = 0;  // of the last load
+  int64_t model_estimate = 0;
+  std::string estimated_file;  // identity of the file the estimate is of (file_identity)
+  int64_t reserved = 0;  // what the budget counts for it now
+  uint64_t loads = 0, unloads = 0;
+  double last_load_ms = 0, last_unload_ms = 0;
+  std::chrono::system_clock::time_point last_use{};
+  Steady::time_point last_use_steady{};
+  Steady::time_point expires = Steady::time_point::max();
+  std::string last_error;
+};
+
+// A model's place in the line for room, shared by all its waiting requests.
+struct Registry::Turn {
+  uint64_t id = 0;
+  Entry* entry = nullptr;
+  int waiters = 0;      // the requests that joined it, the acting one included
+  bool acting = false;  // one of them is making room or loading
+};
+
+}  // namespace reclaim

@@ -1,0 +1,216 @@
+// The registry's scheduling: who waits, in what order, and which models give
+// up their room (registry.h says the policy; runtime/room.h decides the
+// victims).
+#include <algorithm>
+
+#include "core/defer.h"
+#include "runtime/registry_entry.h"
+#include "runtime/room.h"
+
+namespace reclaim {
+
+bool Registry::admit_locked(std::unique_lock<std::mutex>& lock, Entry& e, const Wait& wait, bool slot, bool autoload) {
+  const Steady::time_point t0 = Steady::now();
+  const Steady::time_point deadline = t0 + options_.queue_timeout;
+  bool waiting = false;     // counted in e.queued
+  uint64_t slot_ticket = 0; // place in e's slot line
+  uint64_t turn_id = 0;     // e's place in the line for room, joined
+  auto find_turn = [&]() -> std::list<Turn>::iterator {
+    for (auto it = line_.begin(); it != line_.end(); ++it) {
+      if (it->id == turn_id) return it;
+    }
+    return line_.end();
+  };
+  // A turn that is gone was gone because it loaded the model.
+  auto drop_turn = [&] {
+    if (turn_id == 0) return;
+    auto it = find_turn();
+    if (it == line_.end()) {
+      if (e.pending_admits > 0) --e.pending_admits;
+    } else if (--it->waiters == 0 && !it->acting) {
+      erase_turn_locked(it);
+    }
+    turn_id = 0;
+  };
+  Defer leave([&] {
+    drop_turn();
+    if (slot_ticket != 0) e.slot_line.erase(std::find(e.slot_line.begin(), e.slot_line.end(), slot_ticket));
+    if (waiting) {
+      --e.queued;
+      --sched_.waiting;
+      ++sched_.waits;
+      sched_.wait_seconds += std::chrono::duration<double>(Steady::now() - t0).count();
+    }
+    cv_.notify_all();
+  });
+  // Refused at once rather than queued past what the model takes: its
+  // running slots and max_queue more (a request that waits for a load will
+  // take a slot when it is done).
+  auto join_queue = [&] {
+    if (waiting) return;
+    const int slots = options_.max_running > 0 ? options_.max_running : 1;
+    const int running = options_.max_running > 0 ? std::min(e.in_flight, slots) : 0;
+    if (running + e.queued >= slots + options_.max_queue) {
+      throw QueueFull("model '" + e.spec.name + "' has " + std::to_string(e.in_flight) + " requests running and " +
+                      std::to_string(e.queued) + " waiting, the most it takes; try again shortly");
+    }
+    if (wait.no_wait) return;
+    waiting = true;
+    ++e.queued;
+    ++sched_.waiting;
+  };
+
+  for (;;) {
+    if (stopping_) throw NoRoom("the server is shutting down");
+    if (turn_id != 0 && find_turn() == line_.end()) drop_turn();
+    const bool admits = e.state == ModelState::loaded && !e.unload_requested && !e.draining;
+    if (admits) {
+      drop_turn();
+      if (!slot || options_.max_running == 0) return true;
+      const bool first = e.slot_line.empty() || e.slot_line.front() == slot_ticket;
+      if (e.in_flight < options_.max_running && first) {
+        if (slot_ticket != 0) e.slot_line.pop_front();
+        slot_ticket = 0;
+        return true;
+      }
+      join_queue();
+      if (wait.no_wait) return false;
+      if (slot_ticket == 0) {
+        slot_ticket = next_ticket_++;
+        e.slot_line.push_back(slot_ticket);
+      }
+    } else if (!e.unload_requested && (e.state == ModelState::unloaded || e.state == ModelState::loaded)) {
+      // Unloaded, or loaded but chosen to make room: it needs a turn.
+      if (e.state == ModelState::unloaded && !autoload) {
+        throw NotLoaded("model '" + e.spec.name + "' is not loaded, and this server does not load models on request "
+                        "(--no-autoload): load it with POST /v1/models/load");
+      }
+      join_queue();
+      if (wait.no_wait) return false;
+      if (slot_ticket != 0) {
+        e.slot_line.erase(std::find(e.slot_line.begin(), e.slot_line.end(), slot_ticket));
+        slot_ticket = 0;
+      }
+      if (turn_id == 0) {
+        auto it = std::find_if(line_.begin(), line_.end(), [&](const Turn& t) { return t.entry == &e; });
+        if (it == line_.end()) it = line_.insert(line_.end(), Turn{next_ticket_++, &e, 0, false});
+        ++it->waiters;
+        turn_id = it->id;
+      }
+      auto it = find_turn();
+      if (e.state == ModelState::unloaded && it == line_.begin() && !it->acting && take_turn_locked(lock, e, *it)) {
+        // Loaded: the turn's other requests take their leases before
+        // anyone may count the model idle.
+        e.pending_admits += it->waiters - 1;
+        line_.erase(it);
+        turn_id = 0;
+        cv_.notify_all();
+        continue;
+      }
+    } else if (wait.no_wait) {
+      join_queue();  // loading, unloading, or an unload waits for its requests
+      return false;
+    } else {
+      join_queue();
+    }
+    Steady::time_point now = Steady::now();
+    cv_.wait_until(lock, std::min(deadline, now + wait.poll));
+    if (wait.still_wanted && !wait.still_wanted()) {
+      ++sched_.gone;
+      throw ClientGone("the client left while its request waited for model '" + e.spec.name + "'");
+    }
+    now = Steady::now();
+    if (now >= deadline) {
+      ++sched_.timeouts;
+      throw QueueTimeout("waited " + std::to_string(options_.queue_timeout.count() / 1000) + " s (--queue-timeout) for model '" +
+                         e.spec.name + "' (" + model_state_name(e.state) + (e.draining ? ", draining" : "") + ", " +
+                         std::to_string(e.in_flight) + " running, " + std::to_string(e.queued) + " waiting)");
+    }
+  }
+}
+
+bool Registry::take_turn_locked(std::unique_lock<std::mutex>& lock, Entry& e, Turn& turn) {
+  turn.acting = true;
+  Defer done([&] { turn.acting = false; });
+  const int64_t needed = estimate_for_locked(lock, e);
+  if (!make_room_locked(lock, e, needed)) return false;
+  load_locked(lock, e, needed);
+  return true;
+}
+
+void Registry::erase_turn_locked(std::list<Turn>::iterator it) {
+  const bool head = it == line_.begin();
+  line_.erase(it);
+  if (head) stop_draining_locked();
+  cv_.notify_all();
+}
+
+void Registry::stop_draining_locked() {
+  for (Entry& o : entries_) o.draining = false;
+  cv_.notify_all();
+}
+
+bool Registry::make_room_locked(std::unique_lock<std::mutex>& lock, Entry& for_entry, int64_t needed) {
+  for (;;) {
+    std::vector<Occupant> others;
+    std::vector<Entry*> who;
+    for (Entry& o : entries_) {
+      if (&o == &for_entry) continue;
+      Occupant c;
+      c.name = o.spec.name;
+      c.reserved = o.reserved;
+      c.counted = o.state == ModelState::loaded || o.state == ModelState::loading;
+      c.pinned = o.spec.pinned;
+      const bool here = o.state == ModelState::loaded && !o.unload_requested;
+      c.idle = here && o.in_flight == 0 && o.pending_admits == 0;
+      c.busy = here && !c.idle;
+      c.draining = o.draining;
+      c.unloading = o.state == ModelState::unloading || (o.state == ModelState::loaded && o.unload_requested);
+      c.in_flight = o.in_flight;
+      c.last_use = o.last_use_steady;
+      others.push_back(std::move(c));
+      who.push_back(&o);
+    }
+    const RoomPlan plan = plan_room(others, for_entry.spec.name, needed, options_.memory_budget, options_.max_loaded);
+    switch (plan.step) {
+      case RoomPlan::Step::never:
+        stop_draining_locked();
+        throw NoRoom(plan.why);
+      case RoomPlan::Step::fits:
+        stop_draining_locked();
+        return true;
+      case RoomPlan::Step::evict:
+        ++sched_.evictions;
+        unload_locked(lock, *who[plan.evict], UnloadMode::drain, Millis(0));
+        continue;
+      case RoomPlan::Step::wait:
+        return false;
+      case RoomPlan::Step::drain: {
+        const Steady::time_point now = Steady::now();
+        std::vector<bool> chosen(who.size(), false);
+        for (size_t i : plan.drain) chosen[i] = true;
+        for (size_t i = 0; i < who.size(); ++i) {
+          Entry& o = *who[i];
+          if (!chosen[i]) {
+            o.draining = false;
+            continue;
+          }
+          if (!o.draining) {
+            o.draining = true;
+            o.drain_since = now;
+            ++sched_.drains;
+            cv_.notify_all();
+          }
+          // A drain is bounded: past drain_timeout its requests are
+          // cancelled, and stop within one decode step.
+          if (now - o.drain_since >= options_.drain_timeout) {
+            for (CancelToken* t : o.tokens) t->cancel(CancelReason::caller);
+          }
+        }
+        return false;
+      }
+    }
+  }
+}
+
+}  // namespace reclaim

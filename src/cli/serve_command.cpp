@@ -30,7 +30,9 @@ struct Args {
   std::vector<std::string> models, pins, preload;
   std::string models_dir, host = "127.0.0.1", api_key, api_key_file, memory_budget = "0", keep_alive = "5m";
   std::string unload_timeout = "30s", shutdown_timeout = "30s", chat_template, load_mode = "mmap", vet_timeout = "10m";
+  std::string queue_timeout = "5m", read_timeout = "10s", stream_keepalive = "5s";
   int port = 8080, max_loaded = 0, ctx = 4096, threads = 0, parallel = 1, batch = 512, max_queue = 32;
+  int max_connections = 512;
   bool no_autoload = false, verbose = false, trust_models = false;
 };
 
@@ -107,6 +109,8 @@ int serve(const Args& a) {
   opts.parallel = a.parallel;
   opts.max_running = a.parallel;
   opts.max_queue = a.max_queue;
+  opts.queue_timeout = duration(a.queue_timeout, "queue-timeout");
+  opts.drain_timeout = duration(a.unload_timeout, "unload-timeout");
   opts.log = true;
   opts.session.n_ctx = a.ctx;
   opts.session.n_batch = a.batch;
@@ -135,7 +139,9 @@ int serve(const Args& a) {
   }
   so.chat_template = a.chat_template;
   so.unload_timeout = duration(a.unload_timeout, "unload-timeout");
-  so.http_threads = std::max(4, a.parallel + 2);
+  so.max_connections = a.max_connections;
+  so.read_timeout = duration(a.read_timeout, "read-timeout");
+  so.stream_keepalive = duration(a.stream_keepalive, "stream-keepalive");
   const Millis shutdown_timeout = duration(a.shutdown_timeout, "shutdown-timeout");
 
   Registry registry(opts, model_specs(a));
@@ -217,6 +223,14 @@ Command add_serve(CLI::App& app) {
       ->check(CLI::Range(1, 256));
   sub->add_option("--max-queue", a->max_queue, "requests that may wait for a model beyond --parallel (more: 429)")
       ->capture_default_str()->check(CLI::Range(0, 100000));
+  sub->add_option("--queue-timeout", a->queue_timeout, "how long a request may wait for a slot, a load or a swap (then 503)")
+      ->capture_default_str();
+  sub->add_option("--max-connections", a->max_connections, "connections served at once (each has a thread while open)")
+      ->capture_default_str()->check(CLI::Range(8, 65536));
+  sub->add_option("--read-timeout", a->read_timeout, "how long a connection may take to send a whole request, or stay idle")
+      ->capture_default_str();
+  sub->add_option("--stream-keepalive", a->stream_keepalive, "how often a stream waiting for its model sends an SSE comment")
+      ->capture_default_str();
   sub->add_option("--load-mode", a->load_mode, "mmap, none, mlock or mmap-mlock")->capture_default_str();
   sub->add_flag("--verbose", a->verbose, "pass llama.cpp's log through to stderr");
   sub->add_flag("--trust-models", a->trust_models,

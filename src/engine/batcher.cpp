@@ -146,7 +146,12 @@ GenerateResult Batcher::generate(const GenerateRequest& req, const GenerateHooks
     bool done;
     {
       std::unique_lock lock(mu_);
-      job.cv.wait(lock, [&] { return job.done || !job.out.empty(); });
+      auto ready = [&] { return job.done || !job.out.empty(); };
+      if (hooks.tick) {
+        job.cv.wait_for(lock, kTickInterval, ready);
+      } else {
+        job.cv.wait(lock, ready);
+      }
       text.swap(job.out);
       done = job.done;
     }
@@ -156,6 +161,7 @@ GenerateResult Batcher::generate(const GenerateRequest& req, const GenerateHooks
       text.clear();
     }
     if (done) break;
+    if (hooks.tick) hooks.tick();
   }
   std::move(leave).invoke();
   if (job.error) std::rethrow_exception(job.error);

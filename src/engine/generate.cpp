@@ -127,6 +127,7 @@ GenerateResult generate(Session& s, const GenerateRequest& req, const GenerateHo
   for (int32_t done = 0; done < n_prompt;) {
     const int32_t n = std::min(s.n_batch(), n_prompt - done);
     if (hooks.before_decode) hooks.before_decode(step, true);
+    if (hooks.tick) hooks.tick();
     ++step;
     fill(batch, prompt.data() + done, n, done, done + n == n_prompt);
     if (cancelled() || !decode(s, batch)) {
@@ -144,6 +145,7 @@ GenerateResult generate(Session& s, const GenerateRequest& req, const GenerateHo
     emit();
     if (end) break;
     if (hooks.before_decode) hooks.before_decode(step, false);
+    if (hooks.tick) hooks.tick();
     ++step;
     if (cancelled()) break;
     const llama_token t = r.tokens.back();

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <chrono>
 #include <functional>
 #include <string>
 #include <string_view>
@@ -57,7 +58,13 @@ struct GenerateHooks {
   // Called before each llama_decode: `step` counts decodes from 0; `prompt`
   // is true while the prompt is being decoded. For tests and the audit.
   std::function<void(int step, bool prompt)> before_decode;
+  // Called on the request's own thread before each decode (a session) or at
+  // least every kTickInterval while it waits on a batch (engine/batcher.h),
+  // even when no text comes: a server checks there that its client is still
+  // there, and cancels the request's token if not.
+  std::function<void()> tick;
 };
+inline constexpr std::chrono::milliseconds kTickInterval{100};
 
 // Prompt plus requested tokens do not fit the context.
 class ContextOverflow : public Error {

@@ -114,9 +114,9 @@ class ClientGone : public Error {  // the waiting request's client left
 
 // How a request waits in acquire() or load().
 struct Wait {
-  // Polled at least every `poll` while waiting; false: the client is gone and
-  // the request leaves the line (ClientGone). Runs under the registry's lock,
-  // so it must be quick (a poll(2) on the socket, a keep-alive write).
+  // Polled at least every `poll` while waiting, without the registry's lock
+  // (it may write a keep-alive to its client); false: the client is gone and
+  // the request leaves the line (ClientGone).
   std::function<bool()> still_wanted;
   Millis poll = std::chrono::milliseconds(100);
   // Not waiting at all: acquire() returns an empty lease where it would wait

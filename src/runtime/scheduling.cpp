@@ -115,7 +115,15 @@ bool Registry::admit_locked(std::unique_lock<std::mutex>& lock, Entry& e, const 
     }
     Steady::time_point now = Steady::now();
     cv_.wait_until(lock, std::min(deadline, now + wait.poll));
-    if (wait.still_wanted && !wait.still_wanted()) {
+    // Without the lock: the check may write to a slow client. What changed
+    // meanwhile is looked at again from the top.
+    bool wanted = true;
+    if (wait.still_wanted) {
+      lock.unlock();
+      wanted = wait.still_wanted();
+      lock.lock();
+    }
+    if (!wanted) {
       ++sched_.gone;
       throw ClientGone("the client left while its request waited for model '" + e.spec.name + "'");
     }

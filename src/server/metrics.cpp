@@ -44,7 +44,7 @@ std::string label(const char* key, const std::string& value) { return std::strin
 
 }  // namespace
 
-std::string metrics_text(const Registry& registry, const Usage& baseline, const RequestStats& stats) {
+std::string metrics_text(const Registry& registry, const Usage& baseline, const RequestStats& stats, const HttpStats& http) {
   Writer w;
   const Usage now = Usage::capture();
   const Usage residue = now - baseline;
@@ -81,6 +81,10 @@ std::string metrics_text(const Registry& registry, const Usage& baseline, const 
             [](const ModelStatus& m) { return m.estimate; });
   per_model("reclaim_model_in_flight", "gauge", "Requests holding the model.",
             [](const ModelStatus& m) { return m.in_flight; });
+  per_model("reclaim_model_waiting", "gauge", "Requests waiting for the model: a running slot, its load, or a swap.",
+            [](const ModelStatus& m) { return m.queued; });
+  per_model("reclaim_model_draining", "gauge", "1 while the model is chosen to make room and admits no new request.",
+            [](const ModelStatus& m) { return m.draining ? 1 : 0; });
   per_model("reclaim_model_sequences_active", "gauge", "The model's batch sequences in use (--parallel).",
             [](const ModelStatus& m) { return m.sequences_active; });
   per_model("reclaim_model_decode_steps_total", "counter", "Decodes of the model's batch since its load.",
@@ -108,6 +112,31 @@ std::string metrics_text(const Registry& registry, const Usage& baseline, const 
   w.sample("reclaim_requests_total", label("outcome", "client_gone"), stats.client_gone.load());
   w.family("reclaim_requests_in_flight", "gauge", "Completion requests being served or waiting for their model.");
   w.sample("reclaim_requests_in_flight", "", stats.in_flight.load());
+  const SchedulerStats sched = registry.scheduler();
+  w.family("reclaim_queue_waiting", "gauge", "Requests waiting now for a slot, a load or a swap.");
+  w.sample("reclaim_queue_waiting", "", sched.waiting);
+  w.family("reclaim_queue_wait_seconds", "summary", "Time requests waited for a slot, a load or a swap.");
+  w.sample("reclaim_queue_wait_seconds_sum", "", sched.wait_seconds);
+  w.sample("reclaim_queue_wait_seconds_count", "", sched.waits);
+  w.family("reclaim_queue_timeouts_total", "counter", "Requests that waited past --queue-timeout.");
+  w.sample("reclaim_queue_timeouts_total", "", sched.timeouts);
+  w.family("reclaim_queue_client_gone_total", "counter", "Requests whose client left while they waited.");
+  w.sample("reclaim_queue_client_gone_total", "", sched.gone);
+  w.family("reclaim_swaps_total", "counter", "Models unloaded to make room for a model that waited.");
+  w.sample("reclaim_swaps_total", "", sched.evictions);
+  w.family("reclaim_drains_total", "counter", "Busy models chosen to drain to make room.");
+  w.sample("reclaim_drains_total", "", sched.drains);
+  w.family("reclaim_http_threads", "gauge", "HTTP threads running, and those busy with a connection.");
+  w.sample("reclaim_http_threads", label("state", "all"), http.threads);
+  w.sample("reclaim_http_threads", label("state", "busy"), http.busy);
+  w.family("reclaim_http_threads_peak", "gauge", "Most HTTP threads at once since the start.");
+  w.sample("reclaim_http_threads_peak", "", http.peak);
+  w.family("reclaim_http_connections_waiting", "gauge", "Connections waiting for a thread (past --max-connections).");
+  w.sample("reclaim_http_connections_waiting", "", http.queued);
+  w.family("reclaim_http_connections", "gauge", "Open connections.");
+  w.sample("reclaim_http_connections", "", http.connections);
+  w.family("reclaim_http_connections_cut_total", "counter", "Connections cut for taking longer than --read-timeout over a request.");
+  w.sample("reclaim_http_connections_cut_total", "", http.cut);
   w.family("reclaim_tokens_total", "counter", "Tokens processed.");
   w.sample("reclaim_tokens_total", label("type", "prompt"), stats.prompt_tokens.load());
   w.sample("reclaim_tokens_total", label("type", "completion"), stats.completion_tokens.load());

@@ -18,7 +18,14 @@ struct RequestStats {
   std::atomic<int64_t> in_flight{0};
 };
 
-std::string metrics_text(const Registry& registry, const Usage& baseline, const RequestStats& stats);
+// What the HTTP side's threads and connections are doing.
+struct HttpStats {
+  size_t threads = 0, busy = 0, queued = 0, peak = 0;  // server/worker_pool.h
+  size_t connections = 0;
+  uint64_t cut = 0;  // connections cut for taking too long over a request
+};
+
+std::string metrics_text(const Registry& registry, const Usage& baseline, const RequestStats& stats, const HttpStats& http);
 // A label value with Prometheus' escapes (backslash, quote, newline).
 std::string label_value(const std::string& v);
 

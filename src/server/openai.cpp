@@ -21,7 +21,10 @@ const char* openai_finish_reason(FinishReason f) {
     case FinishReason::stop: return "stop";
     case FinishReason::length:
     case FinishReason::context: return "length";
-    case FinishReason::cancelled: return "cancelled";
+    // Cut short by an unload: OpenAI's clients know only stop, length,
+    // tool_calls, content_filter and function_call, and "length" is the one
+    // that says the reply is not whole.
+    case FinishReason::cancelled: return "length";
   }
   return "stop";
 }

@@ -1,6 +1,7 @@
 #include "server/resources.h"
 
 #include "core/ledger.h"
+#include "server/connections.h"
 
 namespace reclaim::server {
 
@@ -16,6 +17,9 @@ json model_json(const ModelStatus& s) {
             {"pinned", s.pinned},
             {"in_flight", s.in_flight},
             {"queued", s.queued},
+            {"waiting", s.queued},
+            {"draining", s.draining},
+            {"line_position", s.line_position},
             {"bytes", s.loaded_bytes},
             {"estimate", s.estimate},
             {"loads", s.loads},
@@ -64,7 +68,7 @@ json resources_json(const Registry& registry, const Usage& baseline) {
   const Usage now_usage = Usage::capture();
   Usage residue = now_usage - baseline;
   // The connection this request came on is open while it is measured.
-  residue.fds -= 1;
+  residue.fds -= Connections::own_fds();
   return {{"ledger",
            {{"count", total.count},
             {"bytes", total.bytes},

@@ -4,6 +4,12 @@
 // Each request holds a Lease on its model for as long as it runs (for a
 // stream, until the last chunk is written or the client is gone) and decodes
 // in a Session of its own, whose scope releases everything when it ends.
+//
+// Threads: every connection gets one at once, up to max_connections
+// (server/worker_pool.h), so /health and the other control paths never wait
+// behind completions; completions are bounded by the registry (429 past
+// --parallel + --max-queue). A connection must deliver each request within
+// read_timeout (server/connections.h).
 #pragma once
 
 #include <atomic>
@@ -12,12 +18,13 @@
 #include <string>
 
 #include "core/usage.h"
+#include "server/connections.h"
 #include "server/metrics.h"
+#include "server/worker_pool.h"
 #include "runtime/registry.h"
 
 namespace httplib {
 class Server;
-class ThreadPool;
 struct Request;
 struct Response;
 }
@@ -30,8 +37,13 @@ struct ServerOptions {
   std::string api_key;                 // empty: no auth
   size_t max_body = 8u << 20;          // bytes; larger bodies get 413
   std::string chat_template;           // overrides the models' own
-  int http_threads = 8;
+  int http_threads = 4;                // threads that stay; more start as connections come
+  int max_connections = 512;           // connections served at once; more wait for a thread
+  Millis read_timeout = std::chrono::seconds(10);  // to deliver a whole request (slowloris)
   Millis unload_timeout = std::chrono::seconds(30);  // drain's wait, by default
+  // A stream that waits for its model sends an SSE comment this often, so
+  // that proxies and clients do not take it for dead.
+  Millis stream_keepalive = std::chrono::seconds(5);
 };
 
 class Server {
@@ -57,15 +69,18 @@ class Server {
  private:
   void routes();
   void shutdown_pool();
-  // Returns true when the response is a stream, which ends later.
+  // Returns true when the response is a stream, which ends later
+  // (server/completion.cpp).
   bool complete(const httplib::Request& req, httplib::Response& res, bool chat);
+  HttpStats http_stats() const;
   ServerOptions options_;
   Millis unload_timeout_;
   Registry& registry_;
   RequestStats stats_;
   std::mutex baseline_mu_;
   Usage baseline_;
-  std::unique_ptr<httplib::ThreadPool> pool_;
+  std::unique_ptr<Connections> connections_;
+  std::unique_ptr<WorkerPool> pool_;
   std::atomic<bool> pool_shut_{false};
   std::unique_ptr<httplib::Server> http_;
 };

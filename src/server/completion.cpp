@@ -1,0 +1,233 @@
+// POST /v1/completions and /v1/chat/completions: a request from its body to
+// its last byte, on each of its paths.
+//
+// - Not streamed: it waits for its model (the registry's line) on its own
+//   thread, then generates; a client that leaves is seen by polling its
+//   socket while it waits and between decode steps, and the request is
+//   cancelled and its sequence freed.
+// - Streamed, model ready: the prompt is checked before the headers, so a bad
+//   request is a 4xx; then chunks as text comes.
+// - Streamed, model not ready (loading, a swap, a full batch): the headers go
+//   at once and the stream waits, with an SSE comment every
+//   stream_keepalive, so proxies keep it. What fails after the headers ends
+//   the stream with an error event and `data: [DONE]`.
+//
+// A request cancelled by an unload ends with finish_reason "length" when
+// streamed (its reply is cut short; OpenAI's clients accept only stop,
+// length, tool_calls, content_filter and function_call), and as a 503 with
+// Retry-After when not.
+#include <httplib.h>
+
+#include <atomic>
+#include <chrono>
+
+#include "engine/batcher.h"
+#include "engine/chat.h"
+#include "engine/generate.h"
+#include "engine/generation.h"
+#include "server/connections.h"
+#include "server/http_errors.h"
+#include "server/openai.h"
+#include "server/server.h"
+
+namespace reclaim::server {
+
+using nlohmann::json;
+
+namespace {
+
+std::atomic<uint64_t> g_next_id{1};
+
+int64_t unix_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string sse(const json& j) { return "data: " + j.dump() + "\n\n"; }
+
+// What a request needs while it runs; shared with the stream's provider so
+// that the lease lives until the last chunk is written.
+struct Running {
+  CompletionRequest req;
+  bool chat = false;
+  Millis keep_alive{-2};
+  Lease lease;
+  SessionOptions session;
+  std::string id;
+  int64_t created = 0;
+};
+
+// Once the model is held: the prompt from the chat template, tokenized once
+// (generate then takes the tokens) and checked against the vocabulary and
+// the context as the engine would (BadPrompt and ContextOverflow are 400s).
+void prepare(Running& run, const std::string& chat_template) {
+  GenerateRequest& g = run.req.generate;
+  Model& model = run.lease.model();
+  // Its replies would be empty, and llama.cpp asserts on any text it is given.
+  if (!has_tokenizer(model.vocab())) {
+    throw NoTokenizer("model '" + run.req.model + "' has no tokenizer (llama.cpp's no_vocab): it reads and writes token ids "
+                      "only, and this endpoint answers in text");
+  }
+  if (run.chat) {
+    try {
+      g.prompt = apply_chat_template(model, run.req.messages, chat_template);
+    } catch (const Error& e) {
+      bad_request(e.what(), "no_chat_template");
+    }
+  } else {
+    g.prompt = run.req.prompt;
+  }
+  const int32_t n_ctx = run.session.n_ctx > 0 ? run.session.n_ctx : model.info().n_ctx_train;
+  g.prompt_tokens = prompt_tokens(model.vocab(), g, n_ctx);
+}
+
+// On the model's batch when it batches, else on a session of its own.
+GenerateResult run_generation(Running& run, const GenerateHooks& hooks, const CancelToken& cancel) {
+  Model& model = run.lease.model();
+  if (Batcher* batcher = model.batcher()) return batcher->generate(run.req.generate, hooks, &cancel);
+  Session session(model, run.session, &cancel);
+  return generate(session, run.req.generate, hooks);
+}
+
+Wait waiting_for_client() {
+  Wait w;
+  w.still_wanted = [] { return !Connections::client_gone(); };
+  return w;
+}
+
+}  // namespace
+
+bool Server::complete(const httplib::Request& http_req, httplib::Response& res, bool chat) {
+  auto run = std::make_shared<Running>();
+  run->req = parse_completion_request(http_req.body, chat);
+  run->chat = chat;
+  run->keep_alive = run->req.keep_alive_ms ? Millis(*run->req.keep_alive_ms) : Millis(-2);
+  run->session = registry_.options().session;
+  run->id = std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(g_next_id.fetch_add(1));
+  run->created = unix_now();
+  try {
+    validate(run->req.generate.sampling);
+  } catch (const Error& e) {
+    bad_request(e.what());
+  }
+
+  if (!run->req.stream) {
+    try {
+      run->lease = registry_.acquire(run->req.model, run->keep_alive, waiting_for_client());
+    } catch (const ClientGone&) {
+      ++stats_.client_gone;
+      return false;  // nobody reads an answer
+    }
+    prepare(*run, options_.chat_template);
+    CancelToken cancel;
+    cancel.link(&run->lease.cancel_token());
+    GenerateHooks hooks;
+    hooks.tick = [&cancel] {
+      if (Connections::client_gone()) cancel.cancel(CancelReason::client_gone);
+    };
+    const GenerateResult r = run_generation(*run, hooks, cancel);
+    stats_.prompt_tokens += static_cast<uint64_t>(r.timings.prompt_tokens);
+    stats_.completion_tokens += static_cast<uint64_t>(r.timings.generated_tokens);
+    if (r.finish == FinishReason::cancelled && r.cancel_reason == CancelReason::client_gone) {
+      ++stats_.client_gone;
+      return false;
+    }
+    if (r.finish == FinishReason::cancelled) {
+      ++stats_.cancelled;
+      send_error(res, {503, "server_error", "cancelled", "the request was cancelled: its model is being unloaded", 5});
+      return false;
+    }
+    ++stats_.ok;
+    res.set_content(completion_json(run->req, r, run->id, run->created).dump(), "application/json");
+    return false;
+  }
+
+  // A model that is ready takes the request at once, and what is wrong with
+  // it is a status; a refusal (a full line, an unknown model) is one too.
+  Wait now;
+  now.no_wait = true;
+  run->lease = registry_.acquire(run->req.model, run->keep_alive, now);
+  if (run->lease) prepare(*run, options_.chat_template);
+
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");  // nginx: pass each event on as it comes
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [this, run](size_t, httplib::DataSink& sink) {
+        CancelToken cancel;
+        bool first = true;
+        auto write = [&](const std::string& data) {
+          if (cancel.cancelled()) return;
+          // A failed write means the client is gone: the request stops
+          // before its next decode step.
+          if (!sink.write(data.data(), data.size())) cancel.cancel(CancelReason::client_gone);
+        };
+        auto fail = [&](const std::exception& ex) {
+          ++stats_.error;
+          write(sse(error_json(to_api_error(ex))));
+          write("data: [DONE]\n\n");
+          sink.done();
+          return true;
+        };
+        if (!run->lease) {
+          auto last = std::chrono::steady_clock::now();
+          Wait w;
+          w.still_wanted = [&] {
+            const auto t = std::chrono::steady_clock::now();
+            if (t - last >= options_.stream_keepalive) {
+              last = t;
+              write(": waiting for model '" + run->req.model + "'\n\n");
+            }
+            return !cancel.cancelled() && !Connections::client_gone();
+          };
+          try {
+            run->lease = registry_.acquire(run->req.model, run->keep_alive, w);
+            prepare(*run, options_.chat_template);
+          } catch (const ClientGone&) {
+            ++stats_.client_gone;
+            return false;
+          } catch (const std::exception& ex) {
+            return fail(ex);
+          }
+        }
+        cancel.link(&run->lease.cancel_token());
+        GenerateHooks hooks;
+        hooks.on_text = [&](std::string_view text) {
+          write(sse(chunk_json(run->req, std::string(text), nullptr, run->id, run->created, first)));
+          first = false;
+        };
+        hooks.tick = [&cancel] {
+          if (Connections::client_gone()) cancel.cancel(CancelReason::client_gone);
+        };
+        GenerateResult r;
+        try {
+          r = run_generation(*run, hooks, cancel);
+        } catch (const std::exception& ex) {
+          return fail(ex);
+        }
+        stats_.prompt_tokens += static_cast<uint64_t>(r.timings.prompt_tokens);
+        stats_.completion_tokens += static_cast<uint64_t>(r.timings.generated_tokens);
+        if (r.finish == FinishReason::cancelled && r.cancel_reason == CancelReason::client_gone) {
+          ++stats_.client_gone;
+          return false;
+        }
+        ++(r.finish == FinishReason::cancelled ? stats_.cancelled : stats_.ok);
+        write(sse(chunk_json(run->req, "", openai_finish_reason(r.finish), run->id, run->created, first)));
+        if (run->req.include_usage) {
+          json u = chunk_json(run->req, "", nullptr, run->id, run->created, false);
+          u["choices"] = json::array();
+          u["usage"] = usage_json(r);
+          write(sse(u));
+        }
+        write("data: [DONE]\n\n");
+        sink.done();
+        return true;
+      },
+      // The lease goes with the response, whether or not the stream ran.
+      [this, run](bool) mutable {
+        run->lease.release();
+        --stats_.in_flight;
+      });
+  return true;
+}
+
+}  // namespace reclaim::server

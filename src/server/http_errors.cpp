@@ -1,0 +1,34 @@
+#include "server/http_errors.h"
+
+#include <httplib.h>
+
+#include "engine/generate.h"
+#include "engine/owners.h"
+#include "runtime/registry.h"
+
+namespace reclaim::server {
+
+void send_error(httplib::Response& res, const ApiError& e) {
+  res.status = e.status;
+  if (e.retry_after > 0) res.set_header("Retry-After", std::to_string(e.retry_after));
+  res.set_content(error_json(e).dump(), "application/json");
+}
+
+ApiError to_api_error(const std::exception& ex) {
+  if (auto* a = dynamic_cast<const ApiException*>(&ex)) return a->error();
+  const std::string m = ex.what();
+  if (dynamic_cast<const BadModelName*>(&ex)) return {400, "invalid_request_error", "invalid_model", m, 0};
+  if (dynamic_cast<const UnknownModel*>(&ex)) return {404, "invalid_request_error", "model_not_found", m, 0};
+  if (dynamic_cast<const NoRoom*>(&ex)) return {503, "server_error", "insufficient_memory", m, 10};
+  if (dynamic_cast<const NotLoaded*>(&ex)) return {503, "server_error", "model_not_loaded", m, 5};
+  if (dynamic_cast<const QueueFull*>(&ex)) return {429, "rate_limit_error", "queue_full", m, 1};
+  if (dynamic_cast<const QueueTimeout*>(&ex)) return {503, "server_error", "queue_timeout", m, 5};
+  if (dynamic_cast<const ContextOverflow*>(&ex)) return {400, "invalid_request_error", "context_length_exceeded", m, 0};
+  if (dynamic_cast<const LoadAborted*>(&ex)) return {503, "server_error", "load_aborted", m, 5};
+  if (dynamic_cast<const InvalidModelFile*>(&ex)) return {422, "invalid_request_error", "invalid_model_file", m, 0};
+  if (dynamic_cast<const NoTokenizer*>(&ex)) return {400, "invalid_request_error", "model_has_no_tokenizer", m, 0};
+  if (dynamic_cast<const BadPrompt*>(&ex)) return {400, "invalid_request_error", "invalid_prompt", m, 0};
+  return {500, "server_error", "", m, 0};
+}
+
+}  // namespace reclaim::server

@@ -1,0 +1,72 @@
+// The HTTP server's threads: a few that stay, and more, up to a cap, that
+// start when every thread is busy and end as soon as they find no work.
+//
+// httplib gives each connection one thread for its whole life, and a
+// completion holds its thread while it waits for a model and while it
+// streams. A fixed pool full of completions left /health waiting behind them
+// (issue 13: 26.8 s with 40 streams on 9 threads). Here a connection finds a
+// thread at once while fewer than `max` are open; the registry bounds how
+// many completions may wait (429 past --parallel + --max-queue), so the cap
+// is only reached by a flood of connections.
+//
+// Each thread runs on a stack this pool maps and unmaps itself: glibc keeps
+// the stacks of threads that ended in a cache (up to 40 MiB) for the next
+// ones, which would leave them mapped after a burst; a stack given with
+// pthread_attr_setstack is never cached. Born in start_locked(), released in
+// join_locked(), after the thread has been joined.
+#pragma once
+
+#include <pthread.h>
+
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <list>
+#include <mutex>
+#include <vector>
+
+namespace reclaim::server {
+
+class WorkerPool {
+ public:
+  WorkerPool(size_t base, size_t max, size_t stack_bytes = size_t{8} << 20);
+  ~WorkerPool();  // shutdown()
+  WorkerPool(const WorkerPool&) = delete;
+  WorkerPool& operator=(const WorkerPool&) = delete;
+
+  // Never blocks: the job runs on an idle thread, a new one, or (at the cap)
+  // the first thread that is done. Jobs after shutdown() are dropped.
+  void enqueue(std::function<void()> job);
+  // Runs the jobs queued, then joins every thread. Idempotent.
+  void shutdown();
+
+  size_t threads() const;  // running now
+  size_t busy() const;     // running a job now
+  size_t queued() const;   // waiting for a thread (at the cap)
+  size_t peak() const;     // most threads at once since the start
+
+ private:
+  struct Worker {
+    WorkerPool* pool = nullptr;
+    pthread_t thread{};
+    void* stack = nullptr;  // the mapping, guard page included
+    size_t stack_size = 0;
+    bool stays = false;     // one of the `base` threads
+  };
+  static void* main(void* worker);
+  void loop(Worker& w);
+  void start_locked(bool stays);
+  void join_locked(std::unique_lock<std::mutex>& lock);
+
+  const size_t base_, max_, stack_bytes_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> jobs_;
+  std::list<Worker> workers_;      // running
+  std::vector<Worker> finished_;   // returned from loop(), to be joined
+  size_t busy_ = 0, peak_ = 0;
+  bool shutdown_ = false;
+};
+
+}  // namespace reclaim::server

@@ -1,0 +1,207 @@
+// `reclaim serve` under traffic: requests for a second model wait for the
+// busy one instead of failing, the control endpoints answer whatever the
+// completions do, a client that leaves is noticed on every path, and a stream
+// that waits keeps its connection alive.
+#include <gtest/gtest.h>
+
+#include <future>
+
+#include "served.h"
+
+using namespace reclaim::testing;
+using nlohmann::json;
+
+namespace {
+
+// Runs until its context is full: 4,088 tokens at --ctx 4096, about 4 s here.
+json long_chat(bool stream = false) {
+  json j = chat(8, stream);
+  j.erase("max_tokens");
+  return j;
+}
+
+json spm_completion(int max_tokens, bool stream = false) {
+  return {{"model", "spm"}, {"prompt", "hello"}, {"max_tokens", max_tokens}, {"temperature", 0}, {"stream", stream}};
+}
+
+std::future<httplib::Result> post_async(int port, const std::string& path, const json& body) {
+  return std::async(std::launch::async, [port, path, body] {
+    httplib::Client c("127.0.0.1", port);
+    c.set_read_timeout(300, 0);
+    return c.Post(path.c_str(), body.dump(), "application/json");
+  });
+}
+
+double seconds_for(const std::function<void()>& f) {
+  const auto t0 = std::chrono::steady_clock::now();
+  f();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+TEST(ServeScheduling, ARequestForASecondModelWaitsForTheBusyOneThenSwaps) {
+  Served s({"--ctx", "4096", "--max-loaded", "1", "--parallel", "1", "--stream-keepalive", "100ms"});
+  auto busy = post_async(s.port(), "/v1/chat/completions", long_chat());
+  ASSERT_TRUE(s.until([&] { return s.model("bpe")["in_flight"] == 1; }));
+  auto waiting = post_async(s.port(), "/v1/completions", spm_completion(4));
+  RawClient stream(s.port());
+  ASSERT_TRUE(stream.post("/v1/completions", spm_completion(4, true).dump()));
+  ASSERT_TRUE(s.until([&] { return s.model("spm")["waiting"] == 2 && s.model("bpe")["draining"] == true; }));
+  EXPECT_EQ(s.model("spm")["line_position"], 1);
+  // The waiting stream has its headers and keeps its connection alive.
+  EXPECT_TRUE(stream.read_until(": waiting for model 'spm'", 30)) << stream.received();
+
+  auto b = busy.get();
+  ASSERT_TRUE(b);
+  ASSERT_EQ(b->status, 200) << b->body;
+  EXPECT_EQ(json::parse(b->body)["choices"][0]["finish_reason"], "length");
+  EXPECT_GT(json::parse(b->body)["usage"]["completion_tokens"].get<int>(), 4000) << "the busy request was cut short";
+  auto w = waiting.get();
+  ASSERT_TRUE(w);
+  EXPECT_EQ(w->status, 200) << w->body;
+  EXPECT_TRUE(stream.read_until("data: [DONE]", 60)) << stream.received();
+  EXPECT_NE(stream.received().find("\"text\""), std::string::npos) << stream.received();
+  stream.close();
+
+  EXPECT_EQ(s.model("bpe")["state"], "unloaded");
+  EXPECT_EQ(s.model("spm")["state"], "loaded");
+  EXPECT_EQ(s.model("spm")["loads"], 1);
+  auto m = s.http().Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_EQ(metric(m->body, "reclaim_swaps_total"), 1) << m->body;
+  EXPECT_GE(metric(m->body, "reclaim_queue_wait_seconds_count"), 2) << m->body;
+  EXPECT_GT(metric(m->body, "reclaim_queue_wait_seconds_sum"), 0) << m->body;
+  s.expect_clean();
+}
+
+TEST(ServeScheduling, ControlAnswersAtOnceAndCompletionsPastTheQueueAre429AtOnce) {
+  // One running and twelve waiting: more than the nine threads that used to
+  // serve everything (issue 13: /health took 26.8 s behind 40 streams).
+  Served s({"--ctx", "512", "--parallel", "1", "--max-queue", "12"});
+  std::vector<std::future<httplib::Result>> streams;
+  for (int i = 0; i < 13; ++i) streams.push_back(post_async(s.port(), "/v1/chat/completions", long_chat(true)));
+  ASSERT_TRUE(s.until([&] {
+    const json m = s.model("bpe");
+    return m["in_flight"] == 1 && m["waiting"] == 12;
+  }));
+  for (const char* path : {"/health", "/metrics", "/v1/models", "/v1/resources"}) {
+    httplib::Client c("127.0.0.1", s.port());
+    int status = 0;
+    const double t = seconds_for([&] {
+      auto r = c.Get(path);
+      status = r ? r->status : -1;
+    });
+    EXPECT_EQ(status, 200) << path;
+    EXPECT_LT(t, 2.0) << path << " waited behind the completions";
+  }
+  httplib::Client c("127.0.0.1", s.port());
+  const auto t0 = std::chrono::steady_clock::now();
+  auto refused = c.Post("/v1/chat/completions", chat(4).dump(), "application/json");
+  const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  expect_error(refused, 429, "12 waiting");
+  EXPECT_EQ(refused->get_header_value("Retry-After"), "1");
+  EXPECT_LT(t, 2.0);
+  for (auto& f : streams) {
+    auto r = f.get();
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200);
+    EXPECT_NE(r->body.find("data: [DONE]"), std::string::npos);
+  }
+  s.expect_clean();
+}
+
+TEST(ServeScheduling, AClientThatLeavesIsNoticedRunningOrWaitingStreamedOrNot) {
+  Served s({"--ctx", "4096", "--max-loaded", "1", "--parallel", "1"});
+  auto metrics = [&] {
+    auto m = s.http().Get("/metrics");
+    return m ? m->body : std::string();
+  };
+  const std::string gone_total = "reclaim_requests_total{outcome=\"client_gone\"}";
+  // Running, not streamed: cancelled within a decode step, where it would
+  // have run for seconds more and counted as ok.
+  {
+    RawClient c(s.port());
+    ASSERT_TRUE(c.post("/v1/chat/completions", long_chat().dump()));
+    ASSERT_TRUE(s.until([&] { return s.model("bpe")["in_flight"] == 1; }));
+    c.close();
+    ASSERT_TRUE(s.until([&] { return s.model("bpe")["in_flight"] == 0; }, 3));
+    EXPECT_EQ(metric(metrics(), gone_total), 1);
+    EXPECT_EQ(s.model("bpe")["batch"]["active"], 0);
+  }
+  auto busy = post_async(s.port(), "/v1/chat/completions", long_chat());
+  ASSERT_TRUE(s.until([&] { return s.model("bpe")["in_flight"] == 1; }));
+  // Waiting for the model's one slot, not streamed.
+  {
+    RawClient c(s.port());
+    ASSERT_TRUE(c.post("/v1/chat/completions", chat(4).dump()));
+    ASSERT_TRUE(s.until([&] { return s.model("bpe")["waiting"] == 1; }));
+    c.close();
+    ASSERT_TRUE(s.until([&] { return s.model("bpe")["waiting"] == 0; }, 3));
+  }
+  // Waiting for a swap, not streamed, then streamed: the busy model is
+  // chosen to drain, and admits again once nobody waits for the other.
+  for (bool stream : {false, true}) {
+    RawClient c(s.port());
+    ASSERT_TRUE(c.post("/v1/completions", spm_completion(4, stream).dump()));
+    ASSERT_TRUE(s.until([&] { return s.model("spm")["waiting"] == 1 && s.model("bpe")["draining"] == true; }));
+    if (stream) EXPECT_TRUE(c.read_until("HTTP/1.1 200", 10)) << c.received();
+    c.close();
+    ASSERT_TRUE(s.until([&] { return s.model("spm")["waiting"] == 0 && s.model("bpe")["draining"] == false; }, 3));
+  }
+  EXPECT_EQ(metric(metrics(), "reclaim_queue_client_gone_total"), 3);
+  EXPECT_EQ(metric(metrics(), gone_total), 4);
+  auto b = busy.get();
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->status, 200);
+  EXPECT_GT(json::parse(b->body)["usage"]["completion_tokens"].get<int>(), 4000);
+  EXPECT_EQ(s.model("spm")["loads"], 0) << "a model was loaded for clients that had left";
+  EXPECT_EQ(s.model("bpe")["state"], "loaded");
+  s.expect_clean();
+}
+
+TEST(ServeScheduling, AStreamWhoseWaitFailsEndsWithAnErrorEventAndDone) {
+  Served s({"--ctx", "4096", "--max-loaded", "1", "--parallel", "1", "--queue-timeout", "1s"});
+  auto busy = post_async(s.port(), "/v1/chat/completions", long_chat());
+  ASSERT_TRUE(s.until([&] { return s.model("bpe")["in_flight"] == 1; }));
+  RawClient c(s.port());
+  ASSERT_TRUE(c.post("/v1/completions", spm_completion(4, true).dump()));
+  ASSERT_TRUE(c.read_until("data: [DONE]", 30)) << c.received();
+  const std::string& got = c.received();
+  EXPECT_NE(got.find("HTTP/1.1 200"), std::string::npos) << got;
+  EXPECT_NE(got.find("\"code\":\"queue_timeout\""), std::string::npos) << got;
+  EXPECT_LT(got.find("queue_timeout"), got.find("data: [DONE]"));
+  c.close();
+  auto b = busy.get();
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->status, 200);
+  EXPECT_EQ(s.model("spm")["loads"], 0);
+  s.expect_clean();
+}
+
+TEST(ServeScheduling, ASlowClientIsCutAtTheReadTimeoutAndOthersAreServed) {
+  Served s({"--read-timeout", "1s"});
+  RawClient slow(s.port());
+  ASSERT_TRUE(slow.connected());
+  // A byte every 200 ms: never long enough between bytes for a per-read
+  // timeout (httplib's is 5 s), and never a whole request.
+  const std::string request = "GET /health HTTP/1.1\r\nHost: x\r\nX-Padding: " + std::string(200, 'a') + "\r\n\r\n";
+  bool cut = false;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (char ch : request) {
+    if (!slow.send(std::string(1, ch)) || slow.closed_by_server(0.2)) {
+      cut = true;
+      break;
+    }
+  }
+  const double held = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_TRUE(cut) << "the server waited for the whole dribbled request";
+  EXPECT_LT(held, 5.0);
+  auto h = s.http().Get("/health");
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->status, 200);
+  auto m = s.http().Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_GE(metric(m->body, "reclaim_http_connections_cut_total"), 1) << m->body;
+  s.expect_clean();
+}

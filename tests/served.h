@@ -1,0 +1,229 @@
+// A `reclaim serve` child on a free loopback port, for the server's end-to-end
+// tests, and the helpers they share.
+#pragma once
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <httplib.h>
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "cli_support.h"
+
+namespace reclaim::testing {
+
+using nlohmann::json;
+
+// The server's figures read from outside it, in /proc/PID.
+struct Outside {
+  int64_t anon = 0, threads = 0, fds = 0;
+  static Outside of(pid_t pid) {
+    Outside o;
+    std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+    for (std::string line; std::getline(status, line);) {
+      if (line.rfind("RssAnon:", 0) == 0) o.anon = std::stoll(line.substr(8)) * 1024;
+      if (line.rfind("Threads:", 0) == 0) o.threads = std::stoll(line.substr(8));
+    }
+    for (const auto& e : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd")) {
+      (void)e;
+      ++o.fds;
+    }
+    return o;
+  }
+};
+
+class Served {
+ public:
+  explicit Served(std::vector<std::string> extra = {}) {
+    std::vector<std::string> args = {"serve", "--port", "0", "-m", spm() + ":spm", "-m", bpe() + ":bpe"};
+    if (std::find(extra.begin(), extra.end(), "--ctx") == extra.end()) args.insert(args.end(), {"--ctx", "256"});
+    args.insert(args.end(), extra.begin(), extra.end());
+    child_ = std::make_unique<Child>(args);
+    const std::string mark = "listening on http://127.0.0.1:";
+    EXPECT_TRUE(child_->wait_for_text(mark, 60)) << child_->so_far().err;
+    const std::string& out = child_->so_far().out;
+    port_ = std::stoi(out.substr(out.find(mark) + mark.size()));
+    client_ = std::make_unique<httplib::Client>("127.0.0.1", port_);
+    client_->set_read_timeout(120, 0);
+    outside_ = Outside::of(child_->pid());
+  }
+  httplib::Client& http() { return *client_; }
+  int port() const { return port_; }
+  json get(const std::string& path) {
+    auto r = client_->Get(path.c_str());
+    EXPECT_TRUE(r) << path;
+    return r ? json::parse(r->body) : json();
+  }
+  httplib::Result post(const std::string& path, const json& body, httplib::Headers h = {}) {
+    return client_->Post(path.c_str(), h, body.dump(), "application/json");
+  }
+  json model(const std::string& name) {
+    const json list = get("/v1/models");
+    for (const json& m : list["data"]) {
+      if (m["id"] == name) return m;
+    }
+    return {};
+  }
+  // Polls the server (it has no push channel) until `pred` holds.
+  template <class P>
+  bool until(P pred, double seconds = 30) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    while (std::chrono::steady_clock::now() < end) {
+      if (pred()) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return pred();
+  }
+  // Unloads everything, then checks that nothing is left.
+  void expect_clean() {
+    for (const char* m : {"spm", "bpe"}) post("/v1/models/unload", {{"model", m}});
+    // A connection of an earlier request may still be closing on the server.
+    json r;
+    until([&] {
+      r = get("/v1/resources");
+      return r["residue"]["fds"] == 0;
+    }, 10);
+    EXPECT_EQ(r["ledger"]["count"], 0) << r["ledger"].dump();
+    EXPECT_LE(r["residue"]["anon"].get<int64_t>(), 1 << 20) << r["residue"].dump();
+    EXPECT_EQ(r["residue"]["threads"], 0) << r["residue"].dump();
+    EXPECT_EQ(r["residue"]["fds"], 0) << r["residue"].dump();
+    EXPECT_EQ(r["residue"]["maps"], 0) << r["residue"].dump();
+    // And from outside, with this client's connection closed. (At or below:
+    // a model preloaded before the outside look is gone now.)
+    client_->stop();
+    Outside now;
+    until([&] {
+      now = Outside::of(child_->pid());
+      return now.fds <= outside_.fds && now.threads <= outside_.threads;
+    }, 10);
+    EXPECT_LE(now.fds, outside_.fds);
+    EXPECT_LE(now.threads, outside_.threads);
+    EXPECT_LE(now.anon - outside_.anon, 1 << 20);
+  }
+  Result stop() {
+    child_->signal(SIGTERM);
+    return child_->wait();
+  }
+
+ private:
+  std::unique_ptr<Child> child_;
+  std::unique_ptr<httplib::Client> client_;
+  int port_ = 0;
+  Outside outside_;
+};
+
+inline json chat(int max_tokens, bool stream = false) {
+  return {{"model", "bpe"},
+          {"messages", json::array({{{"role", "user"}, {"content", "hello"}}})},
+          {"max_tokens", max_tokens},
+          {"temperature", 0},
+          {"stream", stream}};
+}
+
+inline void expect_error(const httplib::Result& r, int status, const std::string& says) {
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, status) << r->body;
+  json j = json::parse(r->body, nullptr, false);
+  ASSERT_TRUE(j.contains("error")) << r->body;
+  EXPECT_TRUE(j["error"].contains("type"));
+  EXPECT_NE(j["error"]["message"].get<std::string>().find(says), std::string::npos) << r->body;
+}
+
+// Posts a streamed request on a raw socket, reads up to its first SSE chunk
+// and closes the connection, as a client that goes away does.
+inline void leave_after_first_chunk(int port, const json& request) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  const std::string body = request.dump();
+  const std::string req = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
+                          std::to_string(body.size()) + "\r\n\r\n" + body;
+  ASSERT_EQ(::send(fd, req.data(), req.size(), 0), static_cast<ssize_t>(req.size()));
+  std::string got;
+  char buf[4096];
+  while (got.find("data: ") == std::string::npos) {
+    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    ASSERT_GT(n, 0) << got;
+    got.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+}
+
+// A client on a raw socket, for what httplib's client does not do: leave in
+// the middle, send byte by byte, send what is not HTTP.
+class RawClient {
+ public:
+  explicit RawClient(int port) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    connected_ = fd_ >= 0 && ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  }
+  ~RawClient() { close(); }
+  RawClient(const RawClient&) = delete;
+  RawClient& operator=(const RawClient&) = delete;
+  bool connected() const { return connected_; }
+  bool send(const std::string& bytes) {
+    return ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size());
+  }
+  // A POST with a JSON body, as one write.
+  bool post(const std::string& path, const std::string& body) {
+    return send("POST " + path + " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
+                std::to_string(body.size()) + "\r\n\r\n" + body);
+  }
+  // Reads until `text` has come, the server closes, or `seconds` pass.
+  bool read_until(const std::string& text, double seconds) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    while (got_.find(text) == std::string::npos && !eof_ && std::chrono::steady_clock::now() < end) pump(50);
+    return got_.find(text) != std::string::npos;
+  }
+  // Reads until the server closes the connection or `seconds` pass.
+  bool closed_by_server(double seconds) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    while (!eof_ && std::chrono::steady_clock::now() < end) pump(50);
+    return eof_;
+  }
+  const std::string& received() const { return got_; }
+  void close() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  void pump(int timeout_ms) {
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, timeout_ms) <= 0) return;
+    char buf[4096];
+    const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+    if (n <= 0) {
+      eof_ = true;
+    } else {
+      got_.append(buf, static_cast<size_t>(n));
+    }
+  }
+  int fd_ = -1;
+  bool connected_ = false, eof_ = false;
+  std::string got_;
+};
+
+// A sample of /metrics, by its name and labels as written ("name{labels}").
+inline double metric(const std::string& text, const std::string& sample) {
+  const size_t at = text.find("\n" + sample + " ");
+  if (at == std::string::npos) return -1;
+  return std::stod(text.substr(at + sample.size() + 2));
+}
+
+}  // namespace reclaim::testing

@@ -23,6 +23,8 @@ ApiError to_api_error(const std::exception& ex) {
   if (dynamic_cast<const NotLoaded*>(&ex)) return {503, "server_error", "model_not_loaded", m, 5};
   if (dynamic_cast<const QueueFull*>(&ex)) return {429, "rate_limit_error", "queue_full", m, 1};
   if (dynamic_cast<const QueueTimeout*>(&ex)) return {503, "server_error", "queue_timeout", m, 5};
+  // nginx's word for it; nobody reads it.
+  if (dynamic_cast<const ClientGone*>(&ex)) return {499, "invalid_request_error", "client_closed_request", m, 0};
   if (dynamic_cast<const ContextOverflow*>(&ex)) return {400, "invalid_request_error", "context_length_exceeded", m, 0};
   if (dynamic_cast<const LoadAborted*>(&ex)) return {503, "server_error", "load_aborted", m, 5};
   if (dynamic_cast<const InvalidModelFile*>(&ex)) return {422, "invalid_request_error", "invalid_model_file", m, 0};

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
 
 namespace reclaim::server {
 
@@ -29,10 +32,15 @@ const char* openai_finish_reason(FinishReason f) {
   return "stop";
 }
 
+// Beyond it a duration is a mistake, and beyond 2^63 ms a cast has no value.
+constexpr double kMaxDurationSeconds = 366.0 * 24 * 3600;
+
 int64_t parse_duration_ms(const json& v, const std::string& field) {
   if (v.is_number()) {
     const double s = v.get<double>();
-    if (!std::isfinite(s)) bad_request("'" + field + "' must be a finite number of seconds");
+    if (!std::isfinite(s) || s > kMaxDurationSeconds) {
+      bad_request("'" + field + "' must be a number of seconds up to a year, or -1");
+    }
     return s < 0 ? -1 : static_cast<int64_t>(s * 1000);
   }
   if (!v.is_string()) bad_request("'" + field + "' must be a duration such as \"5m\", a number of seconds, or -1");
@@ -57,17 +65,41 @@ int64_t parse_duration_ms(const json& v, const std::string& field) {
   } else {
     bad_request("'" + field + "': unknown unit '" + unit + "' (use ms, s, m or h)");
   }
+  if (!std::isfinite(ms) || ms > kMaxDurationSeconds * 1000) bad_request("'" + field + "': '" + t + "' is longer than a year");
   return n < 0 ? -1 : static_cast<int64_t>(ms);
 }
 
 namespace {
 
+// Strict, unlike nlohmann's get<T>(), which turns true into 1, 1.5 into 1
+// and 4294967297 into 1 for an int32_t.
 template <class T>
 T get_field(const json& j, const char* name, const char* what) {
-  try {
-    return j.at(name).get<T>();
-  } catch (const json::exception&) {
-    bad_request(std::string("'") + name + "' must be " + what);
+  const json& v = j.at(name);
+  auto refuse = [&]() -> T { bad_request(std::string("'") + name + "' must be " + what); };
+  if constexpr (std::is_same_v<T, bool>) {
+    if (!v.is_boolean()) return refuse();
+    return v.get<bool>();
+  } else if constexpr (std::is_integral_v<T>) {
+    if (!v.is_number_integer()) return refuse();
+    if (v.is_number_unsigned()) {
+      const uint64_t u = v.get<uint64_t>();
+      if (u > static_cast<uint64_t>(std::numeric_limits<T>::max())) return refuse();
+      return static_cast<T>(u);
+    }
+    const int64_t n = v.get<int64_t>();
+    if (n < static_cast<int64_t>(std::numeric_limits<T>::min()) || n > static_cast<int64_t>(std::numeric_limits<T>::max())) {
+      return refuse();
+    }
+    return static_cast<T>(n);
+  } else if constexpr (std::is_floating_point_v<T>) {
+    if (!v.is_number()) return refuse();
+    const T x = v.get<T>();
+    if (!std::isfinite(x)) return refuse();
+    return x;
+  } else {
+    if (!v.is_string()) return refuse();
+    return v.get<T>();
   }
 }
 
@@ -77,7 +109,8 @@ std::string content_text(const json& content, size_t i) {
   if (content.is_array()) {
     std::string out;
     for (const json& part : content) {
-      if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string()) {
+      if (!part.is_object() || !part.contains("type") || part["type"] != "text" || !part.contains("text") ||
+          !part["text"].is_string()) {
         bad_request("messages[" + std::to_string(i) + "].content: only text parts are supported");
       }
       out += part["text"].get<std::string>();
@@ -217,7 +250,14 @@ CompletionRequest parse_completion_request(const std::string& body, bool chat) {
       r.prompt = p[0].get<std::string>();
     } else if (p.is_array() && !p.empty() &&
                std::all_of(p.begin(), p.end(), [](const json& t) { return t.is_number_integer(); })) {
-      for (const json& t : p) r.generate.prompt_tokens.push_back(t.get<llama_token>());
+      for (const json& t : p) {
+        // Out of int32's range is out of every vocabulary; the engine names
+        // the ids in range that are not in this model's.
+        if (t.is_number_unsigned() ? t.get<uint64_t>() > INT32_MAX : t.get<int64_t>() < INT32_MIN) {
+          bad_request("'prompt' has token id " + t.dump() + ", outside any vocabulary", "invalid_prompt");
+        }
+        r.generate.prompt_tokens.push_back(static_cast<llama_token>(t.get<int64_t>()));
+      }
     } else {
       bad_request("'prompt' must be a string, an array of one string, or an array of token ids");
     }
@@ -229,10 +269,28 @@ CompletionRequest parse_completion_request(const std::string& body, bool chat) {
   if (j.contains("stream") && !j["stream"].is_null()) r.stream = get_field<bool>(j, "stream", "true or false");
   if (j.contains("stream_options") && !j["stream_options"].is_null()) {
     if (!j["stream_options"].is_object()) bad_request("'stream_options' must be an object");
-    r.include_usage = j["stream_options"].value("include_usage", false);
+    const json& so = j["stream_options"];
+    if (so.contains("include_usage") && !so["include_usage"].is_null()) {
+      r.include_usage = get_field<bool>(so, "include_usage", "true or false");
+    }
   }
   if (j.contains("keep_alive") && !j["keep_alive"].is_null()) r.keep_alive_ms = parse_duration_ms(j["keep_alive"], "keep_alive");
   return r;
+}
+
+ControlRequest parse_control_request(const std::string& body, bool unload) {
+  const json j = parse_object(body);
+  ControlRequest c;
+  if (!j.contains("model")) bad_request("'model' is required", "model_required");
+  c.model = get_field<std::string>(j, "model", "a string");
+  if (!unload && j.contains("pin") && !j["pin"].is_null()) c.pin = get_field<bool>(j, "pin", "true or false");
+  if (unload && j.contains("mode") && !j["mode"].is_null()) {
+    const std::string mode = get_field<std::string>(j, "mode", "\"drain\" or \"cancel\"");
+    if (mode != "drain" && mode != "cancel") bad_request("'mode' must be \"drain\" or \"cancel\"");
+    c.cancel = mode == "cancel";
+  }
+  if (unload && j.contains("timeout") && !j["timeout"].is_null()) c.timeout_ms = parse_duration_ms(j["timeout"], "timeout");
+  return c;
 }
 
 json usage_json(const GenerateResult& r) {

@@ -50,6 +50,16 @@ struct CompletionRequest {
 
 // Throws ApiException (400) naming the field that is wrong.
 CompletionRequest parse_completion_request(const std::string& body, bool chat);
+
+// POST /v1/models/load {"model", "pin"} and /v1/models/unload {"model",
+// "mode": "drain" | "cancel", "timeout"}.
+struct ControlRequest {
+  std::string model;
+  bool pin = false;
+  bool cancel = false;
+  std::optional<int64_t> timeout_ms;
+};
+ControlRequest parse_control_request(const std::string& body, bool unload);
 // "5m", "30s", "1h", "250ms", a number of seconds, -1 (never) or 0.
 int64_t parse_duration_ms(const nlohmann::json& v, const std::string& field);
 

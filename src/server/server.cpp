@@ -29,6 +29,9 @@ bool same_secret(const std::string& a, const std::string& b) {
 
 namespace {
 
+// As many as httplib 0.54 (llama-server's) accepts.
+constexpr size_t kMaxHeaders = 100;
+
 template <class F>
 void guarded(httplib::Response& res, F&& f) {
   try {
@@ -121,6 +124,15 @@ void Server::stop() { http_->stop(); }
 void Server::routes() {
   httplib::Server& s = *http_;
   s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    // httplib 0.11 takes any number of header lines (8 KiB each). The read
+    // timeout bounds how long a flood may last; this refuses what came.
+    if (req.headers.size() > kMaxHeaders) {
+      send_error(res, {431, "invalid_request_error", "request_header_fields_too_large",
+                       "the request has " + std::to_string(req.headers.size()) + " header fields; at most " +
+                           std::to_string(kMaxHeaders) + " are accepted",
+                       0});
+      return httplib::Server::HandlerResponse::Handled;
+    }
     if (options_.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
     const std::string auth = req.get_header_value("Authorization");
     const std::string prefix = "Bearer ";
@@ -169,24 +181,20 @@ void Server::routes() {
   s.Post("/v1/models/load", [this](const httplib::Request& req, httplib::Response& res) {
     Connections::answering();  // the request is whole: the read timeout no longer runs
     guarded(res, [&] {
-      json j = parse_object(req.body);
-      if (!j.contains("model") || !j["model"].is_string()) bad_request("'model' must be a string");
-      const bool pin = j.value("pin", false);
-      registry_.load(j["model"].get<std::string>(), pin);
-      res.set_content(model_json(registry_.status(j["model"].get<std::string>())).dump(), "application/json");
+      const ControlRequest c = parse_control_request(req.body, false);
+      Wait wait;
+      wait.still_wanted = [] { return !Connections::client_gone(); };
+      registry_.load(c.model, c.pin, wait);
+      res.set_content(model_json(registry_.status(c.model)).dump(), "application/json");
     });
   });
   s.Post("/v1/models/unload", [this](const httplib::Request& req, httplib::Response& res) {
     Connections::answering();  // the request is whole: the read timeout no longer runs
     guarded(res, [&] {
-      json j = parse_object(req.body);
-      if (!j.contains("model") || !j["model"].is_string()) bad_request("'model' must be a string");
-      const std::string mode = j.value("mode", "drain");
-      if (mode != "drain" && mode != "cancel") bad_request("'mode' must be \"drain\" or \"cancel\"");
-      Millis timeout = unload_timeout_;
-      if (j.contains("timeout")) timeout = Millis(parse_duration_ms(j["timeout"], "timeout"));
-      registry_.unload(j["model"].get<std::string>(), mode == "cancel" ? UnloadMode::cancel : UnloadMode::drain, timeout);
-      res.set_content(model_json(registry_.status(j["model"].get<std::string>())).dump(), "application/json");
+      const ControlRequest c = parse_control_request(req.body, true);
+      const Millis timeout = c.timeout_ms ? Millis(*c.timeout_ms) : unload_timeout_;
+      registry_.unload(c.model, c.cancel ? UnloadMode::cancel : UnloadMode::drain, timeout);
+      res.set_content(model_json(registry_.status(c.model)).dump(), "application/json");
     });
   });
   auto completion = [this](bool chat) {

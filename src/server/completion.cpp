@@ -154,12 +154,16 @@ bool Server::complete(const httplib::Request& http_req, httplib::Response& res, 
       "text/event-stream",
       [this, run](size_t, httplib::DataSink& sink) {
         CancelToken cancel;
-        bool first = true;
+        bool first = true, gone = false;
         auto write = [&](const std::string& data) {
-          if (cancel.cancelled()) return;
+          if (gone) return;
           // A failed write means the client is gone: the request stops
-          // before its next decode step.
-          if (!sink.write(data.data(), data.size())) cancel.cancel(CancelReason::client_gone);
+          // before its next decode step. (A request cancelled by an unload
+          // still writes its end.)
+          if (!sink.write(data.data(), data.size())) {
+            gone = true;
+            cancel.cancel(CancelReason::client_gone);
+          }
         };
         auto fail = [&](const std::exception& ex) {
           ++stats_.error;
@@ -177,7 +181,7 @@ bool Server::complete(const httplib::Request& http_req, httplib::Response& res, 
               last = t;
               write(": waiting for model '" + run->req.model + "'\n\n");
             }
-            return !cancel.cancelled() && !Connections::client_gone();
+            return !gone && !Connections::client_gone();
           };
           try {
             run->lease = registry_.acquire(run->req.model, run->keep_alive, w);

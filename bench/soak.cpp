@@ -1,0 +1,361 @@
+// bench/soak: a bounded mixed load on `reclaim serve`, watched from outside.
+//
+//   build/bin/bench-soak [--requests 10000] [--clients 8] [--ctx 512] [--parallel 2] [--seed 1]
+//
+// Three test models (two spm, one bpe; make-test-model) are served from one
+// folder under a --memory-budget that holds two of them, so requests for the
+// third swap. Requests go 65% to a, 20% to b (bpe) and 15% to c. Clients
+// draw each request at random:
+//   40% a streamed completion (its time to first token is measured);
+//   15% a stream dropped at a random point, from before its headers to its
+//       fourth event;
+//   22% a completion not streamed;
+//    2% a cancel-unload of a random model (requests on it end as cancelled);
+//   15% a bad body (each must be a 4xx);
+//    6% a control read (/health, /v1/models, /metrics, /v1/resources).
+// It prints the outcomes by cause (expected: ok, dropped, cancelled by an
+// unload, refused as bad; anything else is unexpected), p50 and p99 time to
+// first token, the RssAnon slope in KiB per 1,000 requests, and the fds,
+// threads and maps of the process at the start and after the load, all
+// models unloaded. The slope is a least-squares fit over RssAnon read from
+// /proc/PID/status at a checkpoint every --checkpoint requests, where the
+// clients pause and every model is unloaded: during the load RssAnon swings
+// by the KV caches of the models loaded, which would drown a leak. It is not
+// a test: it exits 0 and says "unexpected: N".
+#include <sys/stat.h>
+
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <random>
+
+#include <CLI/CLI.hpp>
+
+#include "core/size.h"
+#include "core/stats.h"
+#include "engine/test_model.h"
+#include "http_client.h"
+
+using namespace reclaim;
+using namespace reclaim::bench;
+
+namespace {
+
+struct Options {
+  int requests = 10000, clients = 8, ctx = 512, parallel = 2, checkpoint = 1000;
+  unsigned seed = 1;
+  std::string reclaim = RECLAIM_BIN, dir;
+};
+
+// The process as /proc shows it.
+struct Outside {
+  int64_t anon_kib = 0, threads = 0, fds = 0, maps = 0;
+  static Outside of(pid_t pid) {
+    Outside o;
+    const std::string base = "/proc/" + std::to_string(pid);
+    std::ifstream status(base + "/status");
+    for (std::string line; std::getline(status, line);) {
+      if (line.rfind("RssAnon:", 0) == 0) o.anon_kib = std::stoll(line.substr(8));
+      if (line.rfind("Threads:", 0) == 0) o.threads = std::stoll(line.substr(8));
+    }
+    std::error_code ec;
+    for (auto it = std::filesystem::directory_iterator(base + "/fd", ec); !ec && it != std::filesystem::directory_iterator();
+         it.increment(ec)) {
+      ++o.fds;
+    }
+    std::ifstream maps(base + "/maps");
+    for (std::string line; std::getline(maps, line);) ++o.maps;
+    return o;
+  }
+};
+
+// Outcomes by cause, and the times to first token.
+class Tally {
+ public:
+  void add(const std::string& cause, bool expected) {
+    std::lock_guard lock(mu_);
+    ++(expected ? expected_ : unexpected_)[cause];
+  }
+  void ttft(double ms) {
+    std::lock_guard lock(mu_);
+    ttft_.push_back(ms);
+  }
+  int64_t unexpected() const {
+    std::lock_guard lock(mu_);
+    int64_t n = 0;
+    for (const auto& [c, k] : unexpected_) n += k;
+    return n;
+  }
+  void print() const {
+    std::lock_guard lock(mu_);
+    std::printf("outcomes, expected:\n");
+    for (const auto& [c, k] : expected_) std::printf("  %-44s %7lld\n", c.c_str(), static_cast<long long>(k));
+    std::printf("outcomes, unexpected:\n");
+    for (const auto& [c, k] : unexpected_) std::printf("  %-44s %7lld\n", c.c_str(), static_cast<long long>(k));
+    std::vector<double> t = ttft_;
+    std::sort(t.begin(), t.end());
+    auto pct = [&](double p) { return t.empty() ? 0.0 : t[std::min(t.size() - 1, static_cast<size_t>(p * t.size()))]; };
+    std::printf("time to first token: p50 %.1f ms, p99 %.1f ms (%zu streams)\n", pct(0.50), pct(0.99), t.size());
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::string, int64_t> expected_, unexpected_;
+  std::vector<double> ttft_;
+};
+
+const char* kModels[] = {"a", "b", "c"};
+
+const std::vector<std::string>& bad_bodies() {
+  static const std::vector<std::string> b = {
+      "{",
+      "[]",
+      R"({"model":"a"})",
+      R"({"model":"nope","prompt":"x"})",
+      R"({"model":"../a","prompt":"x"})",
+      R"({"model":"a","prompt":"x","max_tokens":-1})",
+      R"({"model":"a","prompt":"x","temperature":"hot"})",
+      R"({"model":"a","prompt":[999999999]})",
+      R"({"model":"b","prompt":"x","top_p":2})",
+      "{\"model\":\"a\",\"prompt\":\"\xff\"}",
+      R"({"model":"c","prompt":"x","stop":[1]})",
+  };
+  return b;
+}
+
+json completion(const std::string& model, int i, int n, bool stream) {
+  return {{"model", model}, {"prompt", "soak " + std::to_string(i)}, {"max_tokens", n}, {"temperature", 0}, {"stream", stream}};
+}
+
+// A streamed completion; `drop_after` events (-1: never) before hanging up.
+void stream(int port, const std::string& model, int i, int n, int drop_after, Tally& tally) {
+  const Clock::time_point t0 = Clock::now();
+  std::string pending, all;
+  int events = 0;
+  bool first = false, done = false;
+  std::string error_code;
+  const int status = http(port, "POST", "/v1/completions", completion(model, i, n, true).dump(),
+      [&](const std::string& piece) {
+        pending += piece;
+        all += piece;
+        for (size_t end; (end = pending.find("\n\n")) != std::string::npos;) {
+          const std::string event = pending.substr(0, end);
+          pending.erase(0, end + 2);
+          if (event == "data: [DONE]") done = true;
+          if (event.rfind("data: {", 0) != 0) continue;
+          ++events;
+          const json j = json::parse(event.substr(6), nullptr, false);
+          if (j.is_discarded()) continue;
+          if (j.contains("error")) error_code = j["error"].value("code", "error");
+          if (!first && j.contains("choices") && !j["choices"].empty()) {
+            first = true;
+            tally.ttft(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+          }
+        }
+      },
+      [&] { return drop_after >= 0 && events >= drop_after; });
+  if (drop_after >= 0) {
+    tally.add("stream dropped by its client", true);
+    return;
+  }
+  if (status == 200 && done && error_code.empty()) {
+    tally.add("stream ok", true);
+  } else if (status == 200 && !error_code.empty()) {
+    tally.add("stream ended by an error event: " + error_code, false);
+  } else if (status == 503 || status == 429) {
+    const json j = json::parse(all, nullptr, false);
+    tally.add("stream " + std::to_string(status) + " " + (j.is_object() ? j["error"].value("code", "") : ""), false);
+  } else {
+    tally.add("stream " + std::to_string(status) + (done ? "" : " without [DONE]"), false);
+  }
+}
+
+void plain(int port, const std::string& model, int i, int n, Tally& tally) {
+  std::string body;
+  const int status = http(port, "POST", "/v1/completions", completion(model, i, n, false).dump(),
+                          [&](const std::string& s) { body += s; });
+  const json j = json::parse(body, nullptr, false);
+  const std::string code = j.is_object() && j.contains("error") ? j["error"].value("code", "") : "";
+  if (status == 200) {
+    tally.add("completion ok", true);
+  } else if (status == 503 && code == "cancelled") {
+    tally.add("completion cancelled by an unload", true);
+  } else {
+    tally.add("completion " + std::to_string(status) + " " + code, false);
+  }
+}
+
+void one_request(int port, int i, std::mt19937& rng, Tally& tally) {
+  const int pick = static_cast<int>(rng() % 100);
+  // Most traffic goes to one model, as it does on a team's server; the
+  // others still swap in about one request in three.
+  const unsigned m = rng() % 100;
+  const std::string model = kModels[m < 65 ? 0 : m < 85 ? 1 : 2];
+  const int n = 8 + static_cast<int>(rng() % 25);
+  if (pick < 40) {
+    stream(port, model, i, n, -1, tally);
+  } else if (pick < 55) {
+    stream(port, model, i, n, static_cast<int>(rng() % 5), tally);
+  } else if (pick < 77) {
+    plain(port, model, i, n, tally);
+  } else if (pick < 79) {
+    std::string body;
+    const int status = http(port, "POST", "/v1/models/unload", json{{"model", model}, {"mode", "cancel"}}.dump(),
+                            [&](const std::string& s) { body += s; });
+    tally.add(status == 200 ? "cancel-unload ok" : "cancel-unload " + std::to_string(status), status == 200);
+  } else if (pick < 94) {
+    const std::string& b = bad_bodies()[rng() % bad_bodies().size()];
+    const int status = http(port, "POST", "/v1/completions", b, [](const std::string&) {});
+    const bool client_error = status >= 400 && status < 500;
+    tally.add(client_error ? "bad body refused with a 4xx" : "bad body answered " + std::to_string(status), client_error);
+  } else {
+    static const char* paths[] = {"/health", "/v1/models", "/metrics", "/v1/resources"};
+    const char* path = paths[rng() % 4];
+    const int status = http(port, "GET", path, "", [](const std::string&) {});
+    tally.add(status == 200 ? "control read ok" : std::string("control read ") + path + " " + std::to_string(status), status == 200);
+  }
+}
+
+// Least squares slope of y over x.
+double slope(const std::vector<std::pair<double, double>>& xy) {
+  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (const auto& [x, y] : xy) {
+    sx += x;
+    sy += y;
+    sxx += x * x;
+    sxy += x * y;
+  }
+  const double n = static_cast<double>(xy.size());
+  const double d = n * sxx - sx * sx;
+  return xy.size() < 2 || d == 0 ? 0 : (n * sxy - sx * sy) / d;
+}
+
+ServerProcess serve(const Options& o, const std::string& log, const std::vector<std::string>& extra) {
+  ServerProcess s;
+  s.name = "reclaim serve";
+  s.port = free_port();
+  s.log = log;
+  s.argv = {o.reclaim, "serve", "--port", std::to_string(s.port), "--models-dir", o.dir, "--ctx", std::to_string(o.ctx),
+            "--parallel", std::to_string(o.parallel), "--max-queue", "256", "--keep-alive", "30s", "--batch", "64"};
+  s.argv.insert(s.argv.end(), extra.begin(), extra.end());
+  s.state = [](const json& m) { return m.value("state", ""); };
+  s.start();
+  return s;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"bench-soak: a bounded mixed load on reclaim serve, watched from /proc"};
+  Options o;
+  app.add_option("--requests", o.requests)->capture_default_str()->check(CLI::Range(100, 10000000));
+  app.add_option("--clients", o.clients)->capture_default_str()->check(CLI::Range(1, 512));
+  app.add_option("--ctx", o.ctx)->capture_default_str()->check(CLI::Range(128, 1 << 20));
+  app.add_option("--parallel", o.parallel)->capture_default_str()->check(CLI::Range(1, 64));
+  app.add_option("--seed", o.seed)->capture_default_str();
+  app.add_option("--checkpoint", o.checkpoint, "requests between two samples, taken with every model unloaded")
+      ->capture_default_str()->check(CLI::Range(10, 10000000));
+  app.add_option("--reclaim", o.reclaim, "the reclaim binary")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  try {
+    const std::string work = std::filesystem::temp_directory_path() / ("reclaim-soak." + std::to_string(::getpid()));
+    std::filesystem::create_directories(work + "/models");
+    o.dir = work + "/models";
+    struct Made {
+      const char* name;
+      const char* vocab;
+      int embd;
+    };
+    for (const Made& m : {Made{"a", "spm", 128}, Made{"b", "bpe", 64}, Made{"c", "spm", 64}}) {
+      TestModelSpec spec;
+      spec.vocab = m.vocab;
+      spec.n_embd = m.embd;
+      spec.n_layer = 2;
+      spec.n_ctx_train = 4096;
+      make_test_model(spec, o.dir + "/" + m.name + ".gguf");
+    }
+    // The budget: the two largest estimates and a little, so that the third swaps.
+    std::vector<int64_t> estimates;
+    {
+      ServerProcess probe = serve(o, work + "/probe.log", {});
+      for (const char* m : kModels) {
+        http_json(probe.port, "POST", "/v1/models/load", {{"model", m}});
+        const json list = http_json(probe.port, "GET", "/v1/models");
+        for (const json& e : list["data"]) {
+          if (e["id"] == m) estimates.push_back(e["estimate"].get<int64_t>());
+        }
+      }
+      probe.stop();
+    }
+    std::sort(estimates.rbegin(), estimates.rend());
+    const int64_t budget = estimates.at(0) + estimates.at(1) + estimates.at(2) / 4;
+    ServerProcess s = serve(o, work + "/serve.log", {"--memory-budget", std::to_string(budget)});
+    const Outside before = Outside::of(s.pid);
+
+    Tally tally;
+    std::vector<std::pair<double, double>> samples;  // (requests done, RssAnon KiB) at each checkpoint
+    // Quiescent: every model unloaded, connections closed, threads ended (bounded).
+    auto settle = [&] {
+      for (const char* m : kModels) http_json(s.port, "POST", "/v1/models/unload", {{"model", m}});
+      Outside now = Outside::of(s.pid);
+      for (int i = 0; i < 200 && (now.threads > before.threads || now.fds > before.fds); ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        now = Outside::of(s.pid);
+      }
+      return now;
+    };
+    std::atomic<int> next{0};
+    const Clock::time_point t0 = Clock::now();
+    for (int done = 0; done < o.requests;) {
+      const int until = std::min(o.requests, done + o.checkpoint);
+      std::vector<std::thread> clients;
+      for (int c = 0; c < o.clients; ++c) {
+        clients.emplace_back([&, c] {
+          std::mt19937 rng(o.seed * 7919u + static_cast<unsigned>(c) * 131u + static_cast<unsigned>(done));
+          for (int i; (i = next.fetch_add(1)) < until;) one_request(s.port, i, rng, tally);
+        });
+      }
+      for (std::thread& t : clients) t.join();
+      next = until;
+      done = until;
+      const Outside at = settle();
+      samples.emplace_back(done, static_cast<double>(at.anon_kib));
+      std::fprintf(stderr, "bench-soak: %d requests, RssAnon %lld KiB with no model loaded\n", done,
+                   static_cast<long long>(at.anon_kib));
+    }
+    const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    const Outside after = settle();
+    const json metrics_models = http_json(s.port, "GET", "/v1/models");
+    s.stop();
+
+    std::printf("bench-soak: %d requests from %d clients in %.1f s (%.0f a second), budget %s for models of",
+                o.requests, o.clients, seconds, o.requests / seconds, format_bytes(budget).c_str());
+    for (int64_t e : estimates) std::printf(" %s", format_bytes(e).c_str());
+    std::printf("\n");
+    int loads = 0;
+    for (const json& m : metrics_models["data"]) loads += m.value("loads", 0);
+    std::printf("loads: %d (swaps and reloads after cancel-unloads)\n", loads);
+    tally.print();
+    // The first checkpoint is the warm-up (allocator arenas, first loads).
+    const std::vector<std::pair<double, double>> fit(samples.begin() + (samples.size() > 2 ? 1 : 0), samples.end());
+    std::printf("RssAnon slope: %+.2f KiB per 1,000 requests (least squares over %zu checkpoints after the first,\n"
+                "  each with every model unloaded; RssAnon at them:",
+                slope(fit) * 1000, fit.size());
+    for (const auto& [n, kib] : samples) std::printf(" %.0f", kib);
+    std::printf(" KiB)\n");
+    std::printf("%-10s %10s %10s\n", "", "start", "after");
+    std::printf("%-10s %10lld %10lld\n", "anon KiB", static_cast<long long>(before.anon_kib), static_cast<long long>(after.anon_kib));
+    std::printf("%-10s %10lld %10lld\n", "fds", static_cast<long long>(before.fds), static_cast<long long>(after.fds));
+    std::printf("%-10s %10lld %10lld\n", "threads", static_cast<long long>(before.threads), static_cast<long long>(after.threads));
+    std::printf("%-10s %10lld %10lld\n", "maps", static_cast<long long>(before.maps), static_cast<long long>(after.maps));
+    std::printf("unexpected: %lld\n", static_cast<long long>(tally.unexpected()));
+    std::filesystem::remove_all(work);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench-soak: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

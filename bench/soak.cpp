@@ -1,6 +1,7 @@
 // bench/soak: a bounded mixed load on `reclaim serve`, watched from outside.
 //
 //   build/bin/bench-soak [--requests 10000] [--clients 8] [--ctx 512] [--parallel 2] [--seed 1]
+//                        [--checkpoint 1000] [--serve=--min-serve=2s]...
 //
 // Three test models (two spm, one bpe; make-test-model) are served from one
 // folder under a --memory-budget that holds two of them, so requests for the
@@ -48,6 +49,7 @@ struct Options {
   int requests = 10000, clients = 8, ctx = 512, parallel = 2, checkpoint = 1000;
   unsigned seed = 1;
   std::string reclaim = RECLAIM_BIN, dir;
+  std::vector<std::string> serve_args;  // more, for the measured server
 };
 
 // The process as /proc shows it.
@@ -259,6 +261,7 @@ int main(int argc, char** argv) {
   app.add_option("--checkpoint", o.checkpoint, "requests between two samples, taken with every model unloaded")
       ->capture_default_str()->check(CLI::Range(10, 10000000));
   app.add_option("--reclaim", o.reclaim, "the reclaim binary")->capture_default_str();
+  app.add_option("--serve", o.serve_args, "an argument for the measured reclaim serve (repeatable), e.g. --serve=--min-serve=2s");
   CLI11_PARSE(app, argc, argv);
   try {
     const std::string work = std::filesystem::temp_directory_path() / ("reclaim-soak." + std::to_string(::getpid()));
@@ -292,7 +295,9 @@ int main(int argc, char** argv) {
     }
     std::sort(estimates.rbegin(), estimates.rend());
     const int64_t budget = estimates.at(0) + estimates.at(1) + estimates.at(2) / 4;
-    ServerProcess s = serve(o, work + "/serve.log", {"--memory-budget", std::to_string(budget)});
+    std::vector<std::string> measured = {"--memory-budget", std::to_string(budget)};
+    measured.insert(measured.end(), o.serve_args.begin(), o.serve_args.end());
+    ServerProcess s = serve(o, work + "/serve.log", measured);
     const Outside before = Outside::of(s.pid);
 
     Tally tally;

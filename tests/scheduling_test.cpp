@@ -222,3 +222,23 @@ TEST(Scheduling, BeyondParallelAndMaxQueueRequestsAreRefusedAtOnce) {
   for (auto& w : waiters) EXPECT_TRUE(w.get());
   EXPECT_EQ(reg.status("b").queued, 0);
 }
+
+TEST(Scheduling, ABusyModelKeepsItsTurnForMinServeAfterItsLoad) {
+  RegistryOptions o = options(1);
+  o.min_serve = 400ms;
+  Registry reg(o, models());
+  const auto loaded = std::chrono::steady_clock::now();
+  Lease busy = reg.acquire("a");
+  auto queued = std::async(std::launch::async, [&] { return reg.acquire("b"); });
+  ASSERT_TRUE(eventually([&] { return reg.status("b").line_position == 1; }));
+  // Within its turn a still takes new requests, though b waits.
+  Lease more = reg.acquire("a", Millis(-2), Wait{.no_wait = true});
+  const bool in_turn = std::chrono::steady_clock::now() < loaded + 400ms;
+  if (in_turn) EXPECT_TRUE(more) << "a stopped admitting inside its turn";
+  more.release();
+  // After it, a drains as it would have at once.
+  ASSERT_TRUE(eventually([&] { return reg.status("a").draining; }));
+  EXPECT_GE(std::chrono::steady_clock::now() - loaded, 400ms);
+  busy.release();
+  EXPECT_TRUE(queued.get());
+}

@@ -30,7 +30,7 @@ struct Args {
   std::vector<std::string> models, pins, preload;
   std::string models_dir, host = "127.0.0.1", api_key, api_key_file, memory_budget = "0", keep_alive = "5m";
   std::string unload_timeout = "30s", shutdown_timeout = "30s", chat_template, load_mode = "mmap", vet_timeout = "10m";
-  std::string queue_timeout = "5m", read_timeout = "10s", stream_keepalive = "5s";
+  std::string queue_timeout = "5m", read_timeout = "10s", stream_keepalive = "5s", min_serve = "0";
   int port = 8080, max_loaded = 0, ctx = 4096, threads = 0, parallel = 1, batch = 512, max_queue = 32;
   int max_connections = 512;
   bool no_autoload = false, verbose = false, trust_models = false;
@@ -111,6 +111,7 @@ int serve(const Args& a) {
   opts.max_queue = a.max_queue;
   opts.queue_timeout = duration(a.queue_timeout, "queue-timeout");
   opts.drain_timeout = duration(a.unload_timeout, "unload-timeout");
+  opts.min_serve = std::max(Millis(0), duration(a.min_serve, "min-serve"));
   opts.log = true;
   opts.session.n_ctx = a.ctx;
   opts.session.n_batch = a.batch;
@@ -224,6 +225,9 @@ Command add_serve(CLI::App& app) {
   sub->add_option("--max-queue", a->max_queue, "requests that may wait for a model beyond --parallel (more: 429)")
       ->capture_default_str()->check(CLI::Range(0, 100000));
   sub->add_option("--queue-timeout", a->queue_timeout, "how long a request may wait for a slot, a load or a swap (then 503)")
+      ->capture_default_str();
+  sub->add_option("--min-serve", a->min_serve,
+                  "how long a busy model keeps admitting requests after its load while others wait for room")
       ->capture_default_str();
   sub->add_option("--max-connections", a->max_connections, "connections served at once (each has a thread while open)")
       ->capture_default_str()->check(CLI::Range(8, 65536));

@@ -202,6 +202,7 @@ void Registry::load_locked(std::unique_lock<std::mutex>& lock, Entry& e, int64_t
   e.progress = 1;
   ++e.loads;
   e.last_load_ms = ms;
+  e.loaded_at = Steady::now();
   e.last_use = std::chrono::system_clock::now();
   e.last_use_steady = Steady::now();
   cv_.notify_all();

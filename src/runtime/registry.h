@@ -75,6 +75,10 @@ struct RegistryOptions {
   // How long a model chosen to make room lets its requests finish before it
   // cancels them.
   Millis drain_timeout = std::chrono::seconds(30);
+  // A busy model that loaded less than this ago keeps admitting requests
+  // while others wait: fewer swaps when traffic alternates between models,
+  // at the cost of that much more wait for the others. 0: pure turns.
+  Millis min_serve{0};
   SessionOptions session;     // the context a request gets; sized into the estimate
   // Vets each file in a child process before its first load (runtime/
   // vetter.h); null: files are trusted, and estimated in this process.

@@ -23,6 +23,7 @@ struct Registry::Entry {
   bool unload_requested = false;     // no new leases until it is unloaded
   bool draining = false;             // chosen to make room: no new leases until its turn
   Steady::time_point drain_since{};
+  Steady::time_point loaded_at{};
   // Requests whose turn loaded it and that have not taken their lease yet:
   // until they have, it is not idle, so that the next turn cannot take it.
   int pending_admits = 0;

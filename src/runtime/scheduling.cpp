@@ -204,6 +204,9 @@ bool Registry::make_room_locked(std::unique_lock<std::mutex>& lock, Entry& for_e
             continue;
           }
           if (!o.draining) {
+            // Its turn is not over: the head waits (and looks again at its
+            // next poll).
+            if (now < o.loaded_at + options_.min_serve) continue;
             o.draining = true;
             o.drain_since = now;
             ++sched_.drains;

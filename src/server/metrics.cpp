@@ -113,30 +113,27 @@ std::string metrics_text(const Registry& registry, const Usage& baseline, const 
   w.family("reclaim_requests_in_flight", "gauge", "Completion requests being served or waiting for their model.");
   w.sample("reclaim_requests_in_flight", "", stats.in_flight.load());
   const SchedulerStats sched = registry.scheduler();
-  w.family("reclaim_queue_waiting", "gauge", "Requests waiting now for a slot, a load or a swap.");
-  w.sample("reclaim_queue_waiting", "", sched.waiting);
+  auto single = [&](const char* name, const char* type, const char* help, auto value) {
+    w.family(name, type, help);
+    w.sample(name, "", value);
+  };
+  single("reclaim_queue_waiting", "gauge", "Requests waiting now for a slot, a load or a swap.", sched.waiting);
   w.family("reclaim_queue_wait_seconds", "summary", "Time requests waited for a slot, a load or a swap.");
   w.sample("reclaim_queue_wait_seconds_sum", "", sched.wait_seconds);
   w.sample("reclaim_queue_wait_seconds_count", "", sched.waits);
-  w.family("reclaim_queue_timeouts_total", "counter", "Requests that waited past --queue-timeout.");
-  w.sample("reclaim_queue_timeouts_total", "", sched.timeouts);
-  w.family("reclaim_queue_client_gone_total", "counter", "Requests whose client left while they waited.");
-  w.sample("reclaim_queue_client_gone_total", "", sched.gone);
-  w.family("reclaim_swaps_total", "counter", "Models unloaded to make room for a model that waited.");
-  w.sample("reclaim_swaps_total", "", sched.evictions);
-  w.family("reclaim_drains_total", "counter", "Busy models chosen to drain to make room.");
-  w.sample("reclaim_drains_total", "", sched.drains);
+  single("reclaim_queue_timeouts_total", "counter", "Requests that waited past --queue-timeout.", sched.timeouts);
+  single("reclaim_queue_client_gone_total", "counter", "Requests whose client left while they waited.", sched.gone);
+  single("reclaim_swaps_total", "counter", "Models unloaded to make room for a model that waited.", sched.evictions);
+  single("reclaim_drains_total", "counter", "Busy models chosen to drain to make room.", sched.drains);
   w.family("reclaim_http_threads", "gauge", "HTTP threads running, and those busy with a connection.");
   w.sample("reclaim_http_threads", label("state", "all"), http.threads);
   w.sample("reclaim_http_threads", label("state", "busy"), http.busy);
-  w.family("reclaim_http_threads_peak", "gauge", "Most HTTP threads at once since the start.");
-  w.sample("reclaim_http_threads_peak", "", http.peak);
-  w.family("reclaim_http_connections_waiting", "gauge", "Connections waiting for a thread (past --max-connections).");
-  w.sample("reclaim_http_connections_waiting", "", http.queued);
-  w.family("reclaim_http_connections", "gauge", "Open connections.");
-  w.sample("reclaim_http_connections", "", http.connections);
-  w.family("reclaim_http_connections_cut_total", "counter", "Connections cut for taking longer than --read-timeout over a request.");
-  w.sample("reclaim_http_connections_cut_total", "", http.cut);
+  single("reclaim_http_threads_peak", "gauge", "Most HTTP threads at once since the start.", http.peak);
+  single("reclaim_http_connections_waiting", "gauge", "Connections waiting for a thread (past --max-connections).",
+         http.queued);
+  single("reclaim_http_connections", "gauge", "Open connections.", http.connections);
+  single("reclaim_http_connections_cut_total", "counter",
+         "Connections cut for taking longer than --read-timeout over a request.", http.cut);
   w.family("reclaim_tokens_total", "counter", "Tokens processed.");
   w.sample("reclaim_tokens_total", label("type", "prompt"), stats.prompt_tokens.load());
   w.sample("reclaim_tokens_total", label("type", "completion"), stats.completion_tokens.load());

@@ -19,13 +19,27 @@ WorkerPool::WorkerPool(size_t base, size_t max, size_t stack_bytes)
 
 WorkerPool::~WorkerPool() { shutdown(); }
 
+namespace {
+#if defined(__SANITIZE_THREAD__)
+// TSan keeps what it knew of a stack given with pthread_attr_setstack after
+// the thread ends, and takes the next thread's use of the same addresses for
+// a race with the last one's; its threads get glibc's stacks.
+constexpr bool kOwnStacks = false;
+#else
+constexpr bool kOwnStacks = true;
+#endif
+}  // namespace
+
 void WorkerPool::start_locked(bool stays) {
   const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
   const size_t size = stack_bytes_ + page;
-  void* stack = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
-  if (stack == MAP_FAILED) throw Error("cannot map a stack for an HTTP thread");
-  // The lowest page faults instead of letting an overflow write below.
-  ::mprotect(stack, page, PROT_NONE);
+  void* stack = nullptr;
+  if (kOwnStacks) {
+    stack = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+    if (stack == MAP_FAILED) throw Error("cannot map a stack for an HTTP thread");
+    // The lowest page faults instead of letting an overflow write below.
+    ::mprotect(stack, page, PROT_NONE);
+  }
   Worker& w = workers_.emplace_back();
   w.pool = this;
   w.stack = stack;
@@ -33,11 +47,11 @@ void WorkerPool::start_locked(bool stays) {
   w.stays = stays;
   pthread_attr_t attr;
   pthread_attr_init(&attr);
-  pthread_attr_setstack(&attr, static_cast<char*>(stack) + page, stack_bytes_);
+  if (stack) pthread_attr_setstack(&attr, static_cast<char*>(stack) + page, stack_bytes_);
   const int rc = pthread_create(&w.thread, &attr, &WorkerPool::main, &w);
   pthread_attr_destroy(&attr);
   if (rc != 0) {
-    ::munmap(stack, size);
+    if (stack) ::munmap(stack, size);
     workers_.pop_back();
     throw Error("cannot start an HTTP thread");
   }
@@ -87,7 +101,7 @@ void WorkerPool::join_locked(std::unique_lock<std::mutex>& lock) {
     finished_.pop_back();
     lock.unlock();
     pthread_join(w.thread, nullptr);
-    ::munmap(w.stack, w.stack_size);
+    if (w.stack) ::munmap(w.stack, w.stack_size);
     lock.lock();
   }
 }

@@ -130,7 +130,7 @@ bool Registry::admit_locked(std::unique_lock<std::mutex>& lock, Entry& e, const 
     now = Steady::now();
     if (now >= deadline) {
       ++sched_.timeouts;
-      throw QueueTimeout("waited " + std::to_string(options_.queue_timeout.count() / 1000) + " s (--queue-timeout) for model '" +
+      throw QueueTimeout("waited " + std::to_string(options_.queue_timeout.count()) + " ms (--queue-timeout) for model '" +
                          e.spec.name + "' (" + model_state_name(e.state) + (e.draining ? ", draining" : "") + ", " +
                          std::to_string(e.in_flight) + " running, " + std::to_string(e.queued) + " waiting)");
     }

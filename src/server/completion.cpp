@@ -94,6 +94,13 @@ Wait waiting_for_client() {
   return w;
 }
 
+// The tick of a running request: its client's socket, between decode steps.
+std::function<void()> cancel_when_client_leaves(CancelToken& cancel) {
+  return [&cancel] {
+    if (Connections::client_gone()) cancel.cancel(CancelReason::client_gone);
+  };
+}
+
 }  // namespace
 
 bool Server::complete(const httplib::Request& http_req, httplib::Response& res, bool chat) {
@@ -121,9 +128,7 @@ bool Server::complete(const httplib::Request& http_req, httplib::Response& res, 
     CancelToken cancel;
     cancel.link(&run->lease.cancel_token());
     GenerateHooks hooks;
-    hooks.tick = [&cancel] {
-      if (Connections::client_gone()) cancel.cancel(CancelReason::client_gone);
-    };
+    hooks.tick = cancel_when_client_leaves(cancel);
     const GenerateResult r = run_generation(*run, hooks, cancel);
     stats_.prompt_tokens += static_cast<uint64_t>(r.timings.prompt_tokens);
     stats_.completion_tokens += static_cast<uint64_t>(r.timings.generated_tokens);
@@ -199,9 +204,7 @@ bool Server::complete(const httplib::Request& http_req, httplib::Response& res, 
           write(sse(chunk_json(run->req, std::string(text), nullptr, run->id, run->created, first)));
           first = false;
         };
-        hooks.tick = [&cancel] {
-          if (Connections::client_gone()) cancel.cancel(CancelReason::client_gone);
-        };
+        hooks.tick = cancel_when_client_leaves(cancel);
         GenerateResult r;
         try {
           r = run_generation(*run, hooks, cancel);

@@ -7,6 +7,8 @@
 
 #include <algorithm>
 
+#include "core/defer.h"
+
 namespace reclaim::server {
 
 namespace {
@@ -45,13 +47,17 @@ void Connections::serve(int socket, const std::function<void()>& serve) {
   }
   cv_.notify_all();
   t_current = {this, &*it, dup};
+  // However httplib's work ends, the connection leaves the watch and its
+  // duplicate is closed.
+  Defer done([&] {
+    t_current = {};
+    {
+      std::lock_guard lock(mu_);
+      conns_.erase(it);
+    }
+    ::close(dup);
+  });
   serve();
-  t_current = {};
-  {
-    std::lock_guard lock(mu_);
-    conns_.erase(it);
-  }
-  ::close(dup);
 }
 
 void Connections::set_deadline(Conn& c, Clock::time_point deadline) {

@@ -13,6 +13,10 @@ using nlohmann::json;
 
 namespace {
 
+// These servers decode on one thread: ctest runs two tests at once on two
+// cores, and two servers spinning on two threads each took 200 s over what
+// takes 10 alone.
+//
 // Runs until its context is full: 4,088 tokens at --ctx 4096, about 4 s here
 // (more on a loaded machine: the tests that drain it give --unload-timeout
 // 10m, so that the drain never cuts it short).
@@ -43,7 +47,7 @@ double seconds_for(const std::function<void()>& f) {
 }  // namespace
 
 TEST(ServeScheduling, ARequestForASecondModelWaitsForTheBusyOneThenSwaps) {
-  Served s({"--ctx", "4096", "--max-loaded", "1", "--parallel", "1", "--unload-timeout", "10m", "--stream-keepalive", "100ms"});
+  Served s({"--threads", "1", "--ctx", "4096", "--max-loaded", "1", "--parallel", "1", "--unload-timeout", "10m", "--stream-keepalive", "100ms"});
   auto busy = post_async(s.port(), "/v1/chat/completions", long_chat());
   ASSERT_TRUE(s.until([&] { return s.model("bpe")["in_flight"] == 1; }));
   auto waiting = post_async(s.port(), "/v1/completions", spm_completion(4));
@@ -80,7 +84,7 @@ TEST(ServeScheduling, ARequestForASecondModelWaitsForTheBusyOneThenSwaps) {
 TEST(ServeScheduling, ControlAnswersAtOnceAndCompletionsPastTheQueueAre429AtOnce) {
   // One running and twelve waiting: more than the nine threads that used to
   // serve everything (issue 13: /health took 26.8 s behind 40 streams).
-  Served s({"--ctx", "512", "--parallel", "1", "--max-queue", "12"});
+  Served s({"--threads", "1", "--ctx", "512", "--parallel", "1", "--max-queue", "12"});
   std::vector<std::future<httplib::Result>> streams;
   for (int i = 0; i < 13; ++i) streams.push_back(post_async(s.port(), "/v1/chat/completions", long_chat(true)));
   ASSERT_TRUE(s.until([&] {
@@ -114,7 +118,7 @@ TEST(ServeScheduling, ControlAnswersAtOnceAndCompletionsPastTheQueueAre429AtOnce
 }
 
 TEST(ServeScheduling, AClientThatLeavesIsNoticedRunningOrWaitingStreamedOrNot) {
-  Served s({"--ctx", "4096", "--max-loaded", "1", "--parallel", "1", "--unload-timeout", "10m"});
+  Served s({"--threads", "1", "--ctx", "4096", "--max-loaded", "1", "--parallel", "1", "--unload-timeout", "10m"});
   auto metrics = [&] {
     auto m = s.http().Get("/metrics");
     return m ? m->body : std::string();
@@ -163,7 +167,7 @@ TEST(ServeScheduling, AClientThatLeavesIsNoticedRunningOrWaitingStreamedOrNot) {
 }
 
 TEST(ServeScheduling, AStreamWhoseWaitFailsEndsWithAnErrorEventAndDone) {
-  Served s({"--ctx", "4096", "--max-loaded", "1", "--parallel", "1", "--unload-timeout", "10m", "--queue-timeout", "1s"});
+  Served s({"--threads", "1", "--ctx", "4096", "--max-loaded", "1", "--parallel", "1", "--unload-timeout", "10m", "--queue-timeout", "1s"});
   auto busy = post_async(s.port(), "/v1/chat/completions", long_chat());
   ASSERT_TRUE(s.until([&] { return s.model("bpe")["in_flight"] == 1; }));
   RawClient c(s.port());

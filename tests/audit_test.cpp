@@ -60,7 +60,7 @@ void expect_clean(const nlohmann::json& j) {
 TEST(Audit, AllScenariosMeetTheThresholdsOnSpm) {
   nlohmann::json j = audit_json("-m " + spm() + " --scenario all --cycles 4", 0);
   expect_clean(j);
-  EXPECT_EQ(j["scenarios"].size(), 5u);
+  EXPECT_EQ(j["scenarios"].size(), 11u);
 }
 
 TEST(Audit, AllScenariosMeetTheThresholdsOnBpe) {
@@ -176,11 +176,36 @@ TEST(Audit, GenerateChecksGrowthBetweenRequestsAndFailsOnARequestLeak) {
   EXPECT_GE((*growth)["value"].get<int64_t>(), 5 * (256 << 10) - (64 << 10));
 }
 
-TEST(Audit, APooledContextStaysBetweenRequestsAndGoesWithTheModel) {
-  nlohmann::json j = audit_json("-m " + bpe() + " --scenario generate,cancel --cycles 2 --requests 5 --pool 1", 0);
+TEST(Audit, TheServePathEndsRequestsWhereAskedAndLeavesWhatRawLlamaKeepsNot) {
+  nlohmann::json j = audit_json("-m " + bpe() + " --scenario serve-cancel,serve-vanish,serve-unload-cancel,serve-swap "
+                                "--cycles 2 --requests 8 --parallel 2 --compare-raw", 0);
   expect_clean(j);
-  ASSERT_EQ(j["scenarios"].size(), 2u);
-  for (const auto& s : j["scenarios"]) EXPECT_TRUE(s["reclaim"]["requests_from_first"].get<bool>());
+  ASSERT_EQ(j["scenarios"].size(), 4u);
+  for (const auto& s : j["scenarios"]) {
+    // The batch's context stays loaded between waves: residues from the first.
+    EXPECT_TRUE(s["reclaim"]["requests_from_first"].get<bool>());
+    int cancelled = 0, whole = 0;
+    for (const auto& c : s["reclaim"]["cycles"]) {
+      cancelled += c["cancelled_in_prompt"].get<int>() + c["cancelled_in_generation"].get<int>();
+      whole += c["not_cancelled"].get<int>();
+    }
+    if (s["scenario"] == "serve-cancel") EXPECT_EQ(cancelled, 16) << "every request is cancelled";
+    if (s["scenario"] == "serve-vanish") {
+      EXPECT_EQ(cancelled, 8) << "half of the clients leave";
+      EXPECT_EQ(whole, 8);
+    }
+    if (s["scenario"] == "serve-unload-cancel") EXPECT_GT(cancelled, 0) << "the unload cut what ran";
+    // A plain program's heap keeps what a 151,936-token vocab freed.
+    EXPECT_GT(s["raw_residues"].back()["anon"].get<int64_t>(), 4 << 20) << s["scenario"];
+  }
+}
+
+TEST(Audit, TheServePathFailsOnALeak) {
+  nlohmann::json j = audit_json("-m " + spm() + " --scenario serve --cycles 2 --test-leak request-heap", 1);
+  ASSERT_TRUE(j.contains("scenarios"));
+  const auto* c = check(j["scenarios"][0], "request anon growth");
+  ASSERT_NE(c, nullptr);
+  EXPECT_FALSE((*c)["ok"].get<bool>());
 }
 
 TEST(Audit, LogResourcesPrintsEveryAcquireAndRelease) {

@@ -129,7 +129,8 @@ AuditReport run_audit(const AuditOptions& options) {
 int audit_side_main(const std::string& side, const std::string& options_json) {
   try {
     CycleOptions o = cycle_options_from_json(nlohmann::json::parse(options_json));
-    SideResult r = side == "raw" ? run_raw_cycles(o) : run_reclaim_cycles(o);
+    SideResult r = side == "raw" ? (is_serve(o.scenario) ? run_raw_serve_cycles(o) : run_raw_cycles(o))
+                                 : (is_serve(o.scenario) ? run_reclaim_serve_cycles(o) : run_reclaim_cycles(o));
     std::cout << to_json(r).dump() << std::endl;
     return 0;
   } catch (const std::exception& e) {

@@ -53,7 +53,8 @@ Usage residue(const SideResult& r, size_t cycle);
 
 // One figure between requests, worst over the cycles: residue = after a
 // request minus just after the load (minus after the first request, with
-// pooled contexts); growth = after the last request minus after the first.
+// the batch's context of the serve path); growth = after the last request
+// minus after the first.
 struct RequestFigures {
   bool present = false;  // the scenario has requests
   int64_t residue = 0, growth = 0;

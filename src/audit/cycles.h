@@ -14,15 +14,24 @@
 
 namespace reclaim::audit {
 
+// The first five are `reclaim run`'s path (Model, Session, generate):
 // generate: load, `requests` requests (each its own session), unload.
 // cancel: the same, each request cancelled at a random decode step or while
 // its prompt is being decoded.
-enum class Scenario { load_free, load_prompt_free, load_abort, generate, cancel };
+// The serve-* ones are `reclaim serve`'s path (Registry, Batcher; audit/
+// serve_plan.h says what each asks for).
+enum class Scenario {
+  load_free, load_prompt_free, load_abort, generate, cancel,
+  serve, serve_cancel, serve_vanish, serve_swap, serve_drain, serve_unload_cancel
+};
 const char* scenario_name(Scenario s);
 Scenario scenario_from_name(const std::string& name);  // throws Error
-inline constexpr Scenario kAllScenarios[] = {Scenario::load_free, Scenario::load_prompt_free, Scenario::load_abort,
-                                             Scenario::generate, Scenario::cancel};
+inline constexpr Scenario kAllScenarios[] = {
+    Scenario::load_free,    Scenario::load_prompt_free, Scenario::load_abort, Scenario::generate,
+    Scenario::cancel,       Scenario::serve,            Scenario::serve_cancel, Scenario::serve_vanish,
+    Scenario::serve_swap,   Scenario::serve_drain,      Scenario::serve_unload_cancel};
 bool has_requests(Scenario s);
+bool is_serve(Scenario s);  // through the Registry and the Batcher
 
 struct CycleOptions {
   std::string model;
@@ -35,7 +44,7 @@ struct CycleOptions {
   float abort_at = 0.5f;    // load-abort: fraction of the load at which to stop
   int requests = 8;         // generate, cancel: requests per cycle
   uint32_t seed = 1;        // cancel: where the requests are cancelled
-  int pool = 0;             // reclaim side: contexts kept warm between requests
+  int parallel = 2;         // serve-*: sequences of the model's batch
   std::string test_leak;    // test-only: "heap", "fd" or "ledger" leaks on purpose each cycle
 };
 nlohmann::json to_json(const CycleOptions& o);
@@ -69,8 +78,9 @@ struct SideResult {
   std::vector<Sample> samples;
   uint64_t failed_releases = 0;
   std::vector<std::string> errors;
-  // With pooled contexts the first request makes what the next ones reuse
-  // (on the ledger under the model): request residues are counted from it.
+  // Where the model's context lives on between requests (the batch's, on the
+  // serve path), the first requests make what the next ones reuse (the KV
+  // pages they touched): request residues are counted from them.
   bool requests_from_first = false;
 };
 nlohmann::json to_json(const SideResult& r);
@@ -115,7 +125,15 @@ struct CancelPlan {
 };
 CancelPlan plan_cancel(const CycleOptions& o, int cycle, int request);
 
+// Test-only leaks that prove the checks can fail (CycleOptions::test_leak):
+// "request-heap" leaks in every request, with the model loaded; "heap", "fd"
+// and "ledger" once a cycle. Throws Error for another name.
+void leak_on_purpose(const std::string& what, bool in_request);
+
 SideResult run_reclaim_cycles(const CycleOptions& o);
 SideResult run_raw_cycles(const CycleOptions& o);
+// The serve-* scenarios (serve_cycles.cpp, raw_serve_cycles.cpp).
+SideResult run_reclaim_serve_cycles(const CycleOptions& o);
+SideResult run_raw_serve_cycles(const CycleOptions& o);
 
 }  // namespace reclaim::audit

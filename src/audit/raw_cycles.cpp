@@ -9,13 +9,12 @@
 #include <vector>
 
 #include "audit/cycles.h"
+#include "audit/raw.h"
 #include "core/error.h"
 
 namespace reclaim::audit {
 
 namespace {
-
-void quiet_log(ggml_log_level, const char*, void*) {}
 
 struct AbortAt {
   float at;
@@ -29,12 +28,6 @@ bool on_progress(float p, void* data) {
   return false;
 }
 
-llama_load_mode raw_load_mode(const std::string& m) {
-  if (m == "none") return LLAMA_LOAD_MODE_NONE;
-  if (m == "mlock") return LLAMA_LOAD_MODE_MLOCK;
-  if (m == "mmap-mlock") return LLAMA_LOAD_MODE_MMAP_MLOCK;
-  return LLAMA_LOAD_MODE_MMAP;
-}
 
 
 struct Deadline {

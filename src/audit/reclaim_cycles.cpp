@@ -1,8 +1,5 @@
 // The reclaim side of an audit: the product's own path (Model, Session,
 // generate), measured at every phase.
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <chrono>
 #include <cstring>
 
@@ -67,28 +64,6 @@ double cancelled_request(Model& model, const CycleOptions& o, const CancelPlan& 
   return cancelled && r.tokens.empty() ? prompt_ms : r.timings.prompt_ms;
 }
 
-// Test-only leaks that prove the checks can fail. "request-heap" leaks in
-// every request, with the model loaded; the others once a cycle.
-void leak_on_purpose(const std::string& what, bool in_request) {
-  if (what.empty() || in_request != (what == "request-heap")) return;
-  if (what == "request-heap") {
-    char* p = new char[256 << 10];
-    std::memset(p, 1, 256 << 10);
-    asm volatile("" : : "r"(p) : "memory");
-  } else if (what == "heap") {
-    // Touched, so that it is resident, and never freed.
-    char* p = new char[2 << 20];
-    std::memset(p, 1, 2 << 20);
-    asm volatile("" : : "r"(p) : "memory");
-  } else if (what == "fd") {
-    (void)::open("/dev/null", O_RDONLY);
-  } else if (what == "ledger") {
-    Ledger::process().acquire(Kind::buffer, "test-leak", "leaked on purpose", 4096);
-  } else {
-    throw Error("unknown test leak '" + what + "' (use heap, request-heap, fd or ledger)");
-  }
-}
-
 }  // namespace
 
 SideResult run_reclaim_cycles(const CycleOptions& o) {
@@ -103,8 +78,6 @@ SideResult run_reclaim_cycles(const CycleOptions& o) {
   load.path = o.model;
   load.mode = load_mode_from_name(o.load_mode);
   load.n_threads = o.n_threads;
-  load.pooled_contexts = o.pool;
-  out.requests_from_first = o.pool > 0;
   if (o.scenario == Scenario::load_abort) {
     load.progress = [&](float p) { return p < o.abort_at; };
   } else {

@@ -1,11 +1,15 @@
-// What both sides of an audit share: scenario names, the cancel plan and the
-// Recorder that measures each phase.
+// What both sides of an audit share: scenario names, the cancel plan, the
+// Recorder that measures each phase, and the test-only leaks.
+#include <fcntl.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
+#include <cstring>
 #include <random>
 
 #include "audit/cycles.h"
 #include "core/error.h"
+#include "core/ledger.h"
 
 namespace reclaim::audit {
 
@@ -20,6 +24,12 @@ const char* scenario_name(Scenario s) {
     case Scenario::load_abort: return "load-abort";
     case Scenario::generate: return "generate";
     case Scenario::cancel: return "cancel";
+    case Scenario::serve: return "serve";
+    case Scenario::serve_cancel: return "serve-cancel";
+    case Scenario::serve_vanish: return "serve-vanish";
+    case Scenario::serve_swap: return "serve-swap";
+    case Scenario::serve_drain: return "serve-drain";
+    case Scenario::serve_unload_cancel: return "serve-unload-cancel";
   }
   return "?";
 }
@@ -28,10 +38,14 @@ Scenario scenario_from_name(const std::string& name) {
   for (Scenario s : kAllScenarios) {
     if (name == scenario_name(s)) return s;
   }
-  throw Error("unknown scenario '" + name + "' (use load-free, load-prompt-free, load-abort, generate, cancel or all)");
+  std::string names;
+  for (Scenario s : kAllScenarios) names += std::string(scenario_name(s)) + ", ";
+  throw Error("unknown scenario '" + name + "' (use " + names + "or all)");
 }
 
-bool has_requests(Scenario s) { return s == Scenario::generate || s == Scenario::cancel; }
+bool is_serve(Scenario s) { return s >= Scenario::serve; }
+
+bool has_requests(Scenario s) { return s == Scenario::generate || s == Scenario::cancel || is_serve(s); }
 
 CancelPlan plan_cancel(const CycleOptions& o, int cycle, int request) {
   std::mt19937 rng(o.seed * 1000003u + static_cast<uint32_t>(cycle) * 1009u + static_cast<uint32_t>(request));
@@ -42,6 +56,26 @@ CancelPlan plan_cancel(const CycleOptions& o, int cycle, int request) {
   p.delay_fraction = std::uniform_real_distribution<double>(0.0, 0.9)(rng);
   p.step = std::uniform_int_distribution<int>(1, std::max(1, o.n_generate - 1))(rng);
   return p;
+}
+
+void leak_on_purpose(const std::string& what, bool in_request) {
+  if (what.empty() || in_request != (what == "request-heap")) return;
+  if (what == "request-heap") {
+    char* p = new char[256 << 10];
+    std::memset(p, 1, 256 << 10);
+    asm volatile("" : : "r"(p) : "memory");
+  } else if (what == "heap") {
+    // Touched, so that it is resident, and never freed.
+    char* p = new char[2 << 20];
+    std::memset(p, 1, 2 << 20);
+    asm volatile("" : : "r"(p) : "memory");
+  } else if (what == "fd") {
+    (void)::open("/dev/null", O_RDONLY);
+  } else if (what == "ledger") {
+    Ledger::process().acquire(Kind::buffer, "test-leak", "leaked on purpose", 4096);
+  } else {
+    throw Error("unknown test leak '" + what + "' (use heap, request-heap, fd or ledger)");
+  }
 }
 
 void Recorder::reserve(int cycles, int requests) {

@@ -69,7 +69,7 @@ std::string render_table(const AuditReport& report) {
     }
     if (request_figures(r, &Usage::anon).present) {
       out << "between requests, model loaded (worst cycle): residue after a request "
-          << (r.requests_from_first ? "(from the first, which fills the context pool)" : "") << " / growth first to last\n";
+          << (r.requests_from_first ? "(from the first wave, which touches the batch's context)" : "") << " / growth first to last\n";
       for (const Figure& f : usage_figures()) {
         if (f.field != &Usage::anon && f.field != &Usage::rss && f.field != &Usage::heap_in_use &&
             f.field != &Usage::fds && f.field != &Usage::threads && f.field != &Usage::maps) {

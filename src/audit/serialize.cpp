@@ -30,7 +30,7 @@ nlohmann::json to_json(const CycleOptions& o) {
           {"n_ctx", o.n_ctx},         {"n_generate", o.n_generate},
           {"n_threads", o.n_threads}, {"abort_at", o.abort_at},
           {"requests", o.requests},   {"seed", o.seed},
-          {"pool", o.pool},
+          {"parallel", o.parallel},
           {"test_leak", o.test_leak}};
 }
 
@@ -46,7 +46,7 @@ CycleOptions cycle_options_from_json(const nlohmann::json& j) {
   o.abort_at = j.value("abort_at", o.abort_at);
   o.requests = j.value("requests", o.requests);
   o.seed = j.value("seed", o.seed);
-  o.pool = j.value("pool", o.pool);
+  o.parallel = j.value("parallel", o.parallel);
   o.test_leak = j.value("test_leak", o.test_leak);
   return o;
 }

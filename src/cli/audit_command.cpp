@@ -27,7 +27,7 @@ Command add_audit(CLI::App& app) {
   auto* sub = app.add_subcommand("audit", "load/use/free cycles that measure what was not given back");
   struct Args {
     std::string model, scenario = "all", load_mode = "mmap", json, plot, test_leak;
-    int cycles = 3, n_ctx = 256, n_generate = 16, threads = 0, requests = 8, pool = 0;
+    int cycles = 3, n_ctx = 256, n_generate = 16, threads = 0, requests = 8, parallel = 2;
     uint32_t seed = 1;
     bool compare_raw = false;
     std::string max_anon = "1MiB", max_growth = "64KiB", max_locked = "0", max_device = "0";
@@ -37,13 +37,15 @@ Command add_audit(CLI::App& app) {
   sub->add_option("-m,--model", a->model, "GGUF model (default: the cached ~300 MiB bpe test model)");
   sub->add_option("--cycles", a->cycles, "cycles per scenario")->capture_default_str()->check(CLI::Range(1, 100000));
   sub->add_option("--scenario", a->scenario,
-                  "load-free, load-prompt-free, load-abort, generate, cancel, a comma-separated list, or all")
+                  "load-free, load-prompt-free, load-abort, generate, cancel (reclaim run's path), serve, "
+                  "serve-cancel, serve-vanish, serve-swap, serve-drain, serve-unload-cancel (reclaim serve's), "
+                  "a comma-separated list, or all")
       ->capture_default_str();
-  sub->add_option("--requests", a->requests, "requests a cycle in generate and cancel")->capture_default_str()
+  sub->add_option("--requests", a->requests, "requests a cycle in generate, cancel, serve, serve-cancel, serve-vanish and serve-swap")->capture_default_str()
       ->check(CLI::Range(1, 100000));
   sub->add_option("--seed", a->seed, "where cancel cancels its requests")->capture_default_str();
-  sub->add_option("--pool", a->pool, "contexts the model keeps warm between requests (reclaim side)")
-      ->capture_default_str()->check(CLI::Range(0, 1024));
+  sub->add_option("--parallel", a->parallel, "serve-*: sequences of the model's batch (serve's --parallel)")
+      ->capture_default_str()->check(CLI::Range(1, 256));
   sub->add_option("--load-mode", a->load_mode, "mmap, none, mlock or mmap-mlock")->capture_default_str();
   sub->add_flag("--compare-raw", a->compare_raw, "also run the cycles as plain llama.cpp calls, side by side");
   sub->add_option("--json", a->json, "write the full report as JSON");
@@ -74,7 +76,7 @@ Command add_audit(CLI::App& app) {
     o.cycle.test_leak = a->test_leak;
     o.cycle.requests = a->requests;
     o.cycle.seed = a->seed;
-    o.cycle.pool = a->pool;
+    o.cycle.parallel = a->parallel;
     if (a->scenario == "all") {
       o.scenarios.assign(std::begin(audit::kAllScenarios), std::end(audit::kAllScenarios));
     } else {

@@ -73,7 +73,7 @@ Batcher::Batcher(Model& model, const BatcherOptions& o)
   held_.reserve(static_cast<size_t>(n_seq_));
   stepped_.reserve(static_cast<size_t>(n_seq_));
   Scope::Slot slot = scope_.reserve(Kind::thread, "batch decode thread");
-  thread_ = std::thread([this] { loop(); });
+  thread_.start([this] { loop(); });
   // Registered after the context, so it runs first: the thread is joined
   // before the context it decodes on is freed.
   slot.arm(0, [this] { stop(); });
@@ -91,7 +91,7 @@ void Batcher::stop() noexcept {
   }
   abort_ = true;
   work_cv_.notify_all();
-  if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
+  if (thread_.joinable() && !thread_.is_current()) thread_.join();
 }
 
 size_t Batcher::active() const {

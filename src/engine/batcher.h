@@ -28,6 +28,7 @@
 
 #include "core/cancel.h"
 #include "core/scope.h"
+#include "core/stack_thread.h"
 #include "engine/generate.h"
 #include "engine/owners.h"
 #include "engine/session.h"
@@ -106,7 +107,7 @@ class Batcher {
   std::vector<Job*> held_;
   std::vector<Job*> stepped_;  // the last step's jobs, swapped with in_batch_
   std::atomic<uint64_t> steps_{0}, tokens_{0};
-  std::thread thread_;
+  StackThread thread_;  // its stack goes with it (core/stack_thread.h)
 };
 
 }  // namespace reclaim

@@ -1,8 +1,5 @@
 #include "server/worker_pool.h"
 
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -19,49 +16,16 @@ WorkerPool::WorkerPool(size_t base, size_t max, size_t stack_bytes)
 
 WorkerPool::~WorkerPool() { shutdown(); }
 
-namespace {
-#if defined(__SANITIZE_THREAD__)
-// TSan keeps what it knew of a stack given with pthread_attr_setstack after
-// the thread ends, and takes the next thread's use of the same addresses for
-// a race with the last one's; its threads get glibc's stacks.
-constexpr bool kOwnStacks = false;
-#else
-constexpr bool kOwnStacks = true;
-#endif
-}  // namespace
-
 void WorkerPool::start_locked(bool stays) {
-  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
-  const size_t size = stack_bytes_ + page;
-  void* stack = nullptr;
-  if (kOwnStacks) {
-    stack = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
-    if (stack == MAP_FAILED) throw Error("cannot map a stack for an HTTP thread");
-    // The lowest page faults instead of letting an overflow write below.
-    ::mprotect(stack, page, PROT_NONE);
-  }
   Worker& w = workers_.emplace_back();
-  w.pool = this;
-  w.stack = stack;
-  w.stack_size = size;
   w.stays = stays;
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  if (stack) pthread_attr_setstack(&attr, static_cast<char*>(stack) + page, stack_bytes_);
-  const int rc = pthread_create(&w.thread, &attr, &WorkerPool::main, &w);
-  pthread_attr_destroy(&attr);
-  if (rc != 0) {
-    if (stack) ::munmap(stack, size);
+  try {
+    w.thread.start([this, &w] { loop(w); }, stack_bytes_);
+  } catch (const Error&) {
     workers_.pop_back();
     throw Error("cannot start an HTTP thread");
   }
   peak_ = std::max(peak_, workers_.size());
-}
-
-void* WorkerPool::main(void* worker) {
-  auto* w = static_cast<Worker*>(worker);
-  w->pool->loop(*w);
-  return nullptr;
 }
 
 void WorkerPool::loop(Worker& w) {
@@ -77,8 +41,12 @@ void WorkerPool::loop(Worker& w) {
       lock.unlock();
       job();
       job = nullptr;  // its captures go here, not under the lock
+      // A thread that stays keeps no more stack than it uses between jobs (a
+      // job that loaded a model left about 80 KiB on it). Before busy_ goes
+      // down, so that a pool found settled has given them back.
+      if (w.stays) StackThread::trim_own_stack();
       lock.lock();
-      --busy_;
+      if (--busy_ == 0) settled_cv_.notify_all();
       continue;
     }
     if (shutdown_ || !w.stays) break;
@@ -87,7 +55,7 @@ void WorkerPool::loop(Worker& w) {
   // Handed over to be joined: `w` is an element of workers_, moved out here.
   for (auto it = workers_.begin(); it != workers_.end(); ++it) {
     if (&*it == &w) {
-      finished_.push_back(*it);
+      finished_.push_back(std::move(*it));
       workers_.erase(it);
       break;
     }
@@ -97,13 +65,22 @@ void WorkerPool::loop(Worker& w) {
 
 void WorkerPool::join_locked(std::unique_lock<std::mutex>& lock) {
   while (!finished_.empty()) {
-    Worker w = finished_.back();
+    Worker w = std::move(finished_.back());
     finished_.pop_back();
+    ++joining_;
     lock.unlock();
-    pthread_join(w.thread, nullptr);
-    if (w.stack) ::munmap(w.stack, w.stack_size);
+    w.thread.join();
     lock.lock();
+    --joining_;
+    settled_cv_.notify_all();
   }
+}
+
+bool WorkerPool::wait_settled(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mu_);
+  return settled_cv_.wait_for(lock, timeout, [&] {
+    return busy_ == 0 && jobs_.empty() && workers_.size() <= base_ && finished_.empty() && joining_ == 0;
+  });
 }
 
 void WorkerPool::enqueue(std::function<void()> job) {

@@ -9,15 +9,12 @@
 // many completions may wait (429 past --parallel + --max-queue), so the cap
 // is only reached by a flood of connections.
 //
-// Each thread runs on a stack this pool maps and unmaps itself: glibc keeps
-// the stacks of threads that ended in a cache (up to 40 MiB) for the next
-// ones, which would leave them mapped after a burst; a stack given with
-// pthread_attr_setstack is never cached. Born in start_locked(), released in
-// join_locked(), after the thread has been joined.
+// Each thread runs on a stack of its own (core/stack_thread.h), which glibc
+// does not keep after a burst. A thread is born in start_locked() and
+// released in join_locked().
 #pragma once
 
-#include <pthread.h>
-
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
@@ -25,6 +22,8 @@
 #include <list>
 #include <mutex>
 #include <vector>
+
+#include "core/stack_thread.h"
 
 namespace reclaim::server {
 
@@ -40,6 +39,10 @@ class WorkerPool {
   void enqueue(std::function<void()> job);
   // Runs the jobs queued, then joins every thread. Idempotent.
   void shutdown();
+  // Until no job runs or waits and the threads that started for a burst are
+  // joined and their stacks unmapped: the pool as it was before the burst
+  // (the audit measures the process there). False past `timeout`.
+  bool wait_settled(std::chrono::milliseconds timeout);
 
   size_t threads() const;  // running now
   size_t busy() const;     // running a job now
@@ -48,13 +51,9 @@ class WorkerPool {
 
  private:
   struct Worker {
-    WorkerPool* pool = nullptr;
-    pthread_t thread{};
-    void* stack = nullptr;  // the mapping, guard page included
-    size_t stack_size = 0;
-    bool stays = false;     // one of the `base` threads
+    StackThread thread;
+    bool stays = false;  // one of the `base` threads
   };
-  static void* main(void* worker);
   void loop(Worker& w);
   void start_locked(bool stays);
   void join_locked(std::unique_lock<std::mutex>& lock);
@@ -62,10 +61,12 @@ class WorkerPool {
   const size_t base_, max_, stack_bytes_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
+  std::condition_variable settled_cv_;  // busy_ or joining_ went down
   std::deque<std::function<void()>> jobs_;
   std::list<Worker> workers_;      // running
   std::vector<Worker> finished_;   // returned from loop(), to be joined
   size_t busy_ = 0, peak_ = 0;
+  size_t joining_ = 0;             // taken from finished_, not yet joined and unmapped
   bool shutdown_ = false;
 };
 

@@ -1,0 +1,212 @@
+// The raw side of the serve-* scenarios: the same work as a plain llama.cpp
+// program that serves several requests would do it, without reclaim: one
+// context of `parallel` sequences a loaded model, the requests in groups of
+// that many, each step one batch of every sequence's next token and the
+// prompts that fit. A request cancelled or whose client left has its
+// sequence removed where reclaim's would stop (after its prompt, at its
+// step); a swap frees one model and loads the other; an unload frees the
+// context and the model, in cancel mode in the middle of a group.
+#include <llama.h>
+
+#include <algorithm>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "audit/raw.h"
+#include "audit/serve_plan.h"
+#include "core/error.h"
+
+namespace reclaim::audit {
+
+namespace {
+
+struct Loaded {
+  llama_model* model = nullptr;
+  llama_context* ctx = nullptr;
+  int which = -1;  // the plan's model index
+
+  void free() {
+    if (ctx) llama_free(ctx);
+    if (model) llama_model_free(model);
+    ctx = nullptr;
+    model = nullptr;
+    which = -1;
+  }
+};
+
+void load(Loaded& l, const CycleOptions& o, int which, int threads) {
+  llama_model_params mp = llama_model_default_params();
+  mp.load_mode = raw_load_mode(o.load_mode);
+  l.model = llama_model_load_from_file(o.model.c_str(), mp);
+  if (!l.model) throw Error("raw side: cannot load '" + o.model + "'");
+  llama_context_params cp = llama_context_default_params();
+  const int n_seq = std::max(1, o.parallel);
+  cp.n_ctx = static_cast<uint32_t>(o.n_ctx * n_seq);
+  cp.n_batch = cp.n_ubatch = static_cast<uint32_t>(o.n_ctx);
+  cp.n_seq_max = static_cast<uint32_t>(n_seq);
+  cp.kv_unified = false;
+  cp.n_threads = cp.n_threads_batch = threads;
+  l.ctx = llama_init_from_model(l.model, cp);
+  if (!l.ctx) throw Error("raw side: cannot create a context");
+  l.which = which;
+}
+
+struct Seq {
+  const ServeRequest* req = nullptr;
+  llama_sampler* sampler = nullptr;
+  int n_past = 0, generated = 0, row = -1, n_in_step = 0;
+  bool prompt_done = false, live = true;
+  llama_token next = -1;
+};
+
+struct GroupCounts {
+  int cancelled_in_prompt = 0, cancelled_in_generation = 0, not_cancelled = 0;
+};
+
+// One group of at most `parallel` requests, to their ends; `stop_at_step` >
+// 0: all of them stop after that many decodes (an unload in cancel mode).
+GroupCounts run_group(llama_context* ctx, const llama_vocab* vocab, const std::vector<const ServeRequest*>& group,
+                      const CycleOptions& o, int stop_at_step) {
+  GroupCounts counts;
+  std::vector<llama_token> prompt(static_cast<size_t>(o.n_ctx));
+  const int n_prompt = llama_tokenize(vocab, kAuditPrompt, static_cast<int32_t>(std::strlen(kAuditPrompt)), prompt.data(),
+                                      static_cast<int32_t>(prompt.size()), true, true);
+  if (n_prompt <= 0) throw Error("raw side: cannot tokenize the prompt");
+  llama_memory_t mem = llama_get_memory(ctx);
+  llama_batch batch = llama_batch_init(o.n_ctx, 0, 1);
+  std::vector<Seq> seqs(group.size());
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    seqs[s].req = group[s];
+    seqs[s].sampler = llama_sampler_chain_init(llama_sampler_chain_default_params());
+    llama_sampler_chain_add(seqs[s].sampler, llama_sampler_init_greedy());
+  }
+  auto end = [&](Seq& q, bool cancelled) {
+    llama_memory_seq_rm(mem, static_cast<llama_seq_id>(&q - seqs.data()), -1, -1);
+    q.live = false;
+    if (!cancelled) {
+      ++counts.not_cancelled;
+    } else if (q.generated == 0) {
+      ++counts.cancelled_in_prompt;
+    } else {
+      ++counts.cancelled_in_generation;
+    }
+  };
+  for (int step = 0;; ++step) {
+    batch.n_tokens = 0;
+    auto add = [&](llama_token t, int pos, int seq, bool logits) {
+      const int i = batch.n_tokens++;
+      batch.token[i] = t;
+      batch.pos[i] = pos;
+      batch.n_seq_id[i] = 1;
+      batch.seq_id[i][0] = seq;
+      batch.logits[i] = logits;
+    };
+    for (size_t s = 0; s < seqs.size(); ++s) {
+      Seq& q = seqs[s];
+      q.n_in_step = 0;
+      q.row = -1;
+      if (!q.live) continue;
+      if (q.prompt_done) {
+        q.row = batch.n_tokens;
+        q.n_in_step = 1;
+        add(q.next, q.n_past, static_cast<int>(s), true);
+      } else if (batch.n_tokens + n_prompt <= o.n_ctx) {
+        for (int k = 0; k < n_prompt; ++k) add(prompt[static_cast<size_t>(k)], k, static_cast<int>(s), k == n_prompt - 1);
+        q.row = batch.n_tokens - 1;
+        q.n_in_step = n_prompt;
+      }
+    }
+    if (batch.n_tokens == 0) break;
+    if (llama_decode(ctx, batch) != 0) throw Error("raw side: llama_decode failed");
+    for (Seq& q : seqs) {
+      if (q.n_in_step == 0) continue;
+      q.n_past += q.n_in_step;
+      const bool was_prompt = !q.prompt_done;
+      q.prompt_done = true;
+      const RequestEnd how = q.req->end;
+      if (was_prompt && how == RequestEnd::cancel && q.req->plan.in_prompt) {
+        end(q, true);
+        continue;
+      }
+      const llama_token t = llama_sampler_sample(q.sampler, ctx, q.row);
+      ++q.generated;
+      if (llama_vocab_is_eog(vocab, t) || q.generated >= o.n_generate) {
+        end(q, false);
+      } else if ((how == RequestEnd::cancel && q.generated >= q.req->plan.step) ||
+                 (how == RequestEnd::vanish && q.generated >= 1)) {
+        end(q, true);
+      } else {
+        q.next = t;
+      }
+    }
+    if (stop_at_step > 0 && step + 1 >= stop_at_step) {
+      for (Seq& q : seqs) {
+        if (q.live) end(q, true);
+      }
+    }
+  }
+  for (Seq& q : seqs) llama_sampler_free(q.sampler);
+  llama_batch_free(batch);
+  return counts;
+}
+
+}  // namespace
+
+SideResult run_raw_serve_cycles(const CycleOptions& o) {
+  SideResult out;
+  out.side = "raw";
+  out.requests_from_first = true;
+  out.start_before = Usage::capture();
+  llama_log_set(quiet_log, nullptr);
+  llama_backend_init();
+  out.warmed = "llama_backend_init";
+  const int threads = o.n_threads > 0 ? o.n_threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const size_t n_seq = static_cast<size_t>(std::max(1, o.parallel));
+  Recorder rec(out);
+  size_t most_waves = 0;
+  for (int c = 0; c < o.cycles; ++c) most_waves = std::max(most_waves, plan_serve_cycle(o, c).waves.size());
+  rec.reserve(o.cycles, static_cast<int>(most_waves));
+  rec.set_baseline(Usage::capture());
+
+  for (int c = 0; c < o.cycles; ++c) {
+    const ServeCycle plan = plan_serve_cycle(o, c);
+    rec.begin_cycle(c);
+    Loaded l;
+    for (size_t w = 0; w < plan.waves.size(); ++w) {
+      const bool unload_now = w + 1 == plan.waves.size() && plan.end != CycleEnd::unload;
+      // A model's requests together; the other model after a swap.
+      for (int which : {0, 1}) {
+        std::vector<const ServeRequest*> mine;
+        for (const ServeRequest& r : plan.waves[w]) {
+          if (r.model == which) mine.push_back(&r);
+        }
+        for (size_t first = 0; first < mine.size(); first += n_seq) {
+          if (l.which != which) {
+            l.free();
+            load(l, o, which, threads);
+            if (unload_now) rec.loaded();
+          }
+          const std::vector<const ServeRequest*> group(mine.begin() + static_cast<std::ptrdiff_t>(first),
+                                                       mine.begin() + static_cast<std::ptrdiff_t>(std::min(mine.size(), first + n_seq)));
+          const GroupCounts g = run_group(l.ctx, llama_model_get_vocab(l.model), group, o,
+                                          plan.end == CycleEnd::cancel_unload && unload_now ? 2 : 0);
+          if (o.scenario == Scenario::serve_cancel || o.scenario == Scenario::serve_vanish ||
+              (plan.end == CycleEnd::cancel_unload && unload_now)) {
+            for (int i = 0; i < g.not_cancelled; ++i) rec.count_cancel(false, false);
+            for (int i = 0; i < g.cancelled_in_prompt; ++i) rec.count_cancel(true, true);
+            for (int i = 0; i < g.cancelled_in_generation; ++i) rec.count_cancel(true, false);
+          }
+        }
+      }
+      if (unload_now) continue;
+      if (w == 0) rec.loaded();
+      rec.request_done();
+    }
+    l.free();
+    rec.end_cycle(0, 0);
+  }
+  return out;
+}
+
+}  // namespace reclaim::audit

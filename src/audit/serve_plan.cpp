@@ -1,0 +1,45 @@
+#include "audit/serve_plan.h"
+
+#include <algorithm>
+
+namespace reclaim::audit {
+
+ServeCycle plan_serve_cycle(const CycleOptions& o, int cycle) {
+  ServeCycle c;
+  const int n_seq = std::max(1, o.parallel);
+  auto one_wave = [&](int n) {
+    std::vector<ServeRequest> wave(static_cast<size_t>(n));
+    c.waves.push_back(std::move(wave));
+  };
+  switch (o.scenario) {
+    case Scenario::serve_swap:
+      one_wave(o.requests);
+      for (size_t i = 0; i < c.waves[0].size(); ++i) c.waves[0][i].model = static_cast<int>(i % 2);
+      return c;
+    case Scenario::serve_drain:
+    case Scenario::serve_unload_cancel:
+      one_wave(n_seq);
+      c.end = o.scenario == Scenario::serve_drain ? CycleEnd::drain : CycleEnd::cancel_unload;
+      return c;
+    default:
+      break;
+  }
+  int index = 0;
+  for (int left = o.requests; left > 0;) {
+    const int n = std::min(left, 2 * n_seq);
+    one_wave(n);
+    for (ServeRequest& r : c.waves.back()) {
+      if (o.scenario == Scenario::serve_cancel) {
+        r.end = RequestEnd::cancel;
+        r.plan = plan_cancel(o, cycle, index);
+      } else if (o.scenario == Scenario::serve_vanish && index % 2 == 1) {
+        r.end = RequestEnd::vanish;
+      }
+      ++index;
+    }
+    left -= n;
+  }
+  return c;
+}
+
+}  // namespace reclaim::audit

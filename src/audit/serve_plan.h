@@ -1,0 +1,49 @@
+// The serve-path scenarios of an audit: the work a cycle asks for, the same
+// on both sides. The reclaim side does it as `reclaim serve` does, through a
+// Registry and the model's Batcher, each request on a worker thread of the
+// server's pool; the raw side as a plain llama.cpp program would, in one
+// context with a sequence a request.
+#pragma once
+
+#include <vector>
+
+#include "audit/cycles.h"
+
+namespace reclaim::audit {
+
+// How a request of the plan ends.
+enum class RequestEnd {
+  run,     // to its length
+  cancel,  // its caller cancels it: in the prompt or at a generation step (plan)
+  vanish,  // its client leaves: while it waits for a slot, else after its first text
+};
+
+struct ServeRequest {
+  int model = 0;  // 0: "a", 1: "b" (the same file under two names: serve-swap)
+  RequestEnd end = RequestEnd::run;
+  CancelPlan plan;  // with RequestEnd::cancel
+};
+
+// How a cycle of the plan ends, once its waves have run.
+enum class CycleEnd {
+  unload,         // unload in drain mode, nothing running
+  drain,          // unload in drain mode while the last wave runs: it finishes
+  cancel_unload,  // unload in cancel mode while the last wave runs: it is cut
+};
+
+struct ServeCycle {
+  std::vector<std::vector<ServeRequest>> waves;  // a wave's requests arrive together
+  CycleEnd end = CycleEnd::unload;
+};
+
+// serve, serve-cancel, serve-vanish: waves of 2 x parallel requests (half of
+// each wave waits for a sequence), `requests` in all. serve-swap: one wave of
+// `requests` alternating between two models of which the budget holds one.
+// serve-drain, serve-unload-cancel: one wave of `parallel` requests, and the
+// unload while they run.
+ServeCycle plan_serve_cycle(const CycleOptions& o, int cycle);
+
+// The scenario's names for its models.
+inline const char* serve_model_name(int model) { return model == 0 ? "a" : "b"; }
+
+}  // namespace reclaim::audit

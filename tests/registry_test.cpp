@@ -43,18 +43,15 @@ std::vector<ModelSpec> models() {
 
 uint64_t live() { return Ledger::process().totals().count; }
 
+// As the server runs one: on the model's batch, under the lease's token.
 GenerateResult run_request(Lease& lease, int max_tokens, const GenerateHooks& hooks = {}) {
   CancelToken own;
   own.link(&lease.cancel_token());
-  SessionOptions so;
-  so.n_ctx = 128;
-  so.n_batch = 64;
-  Session s(lease.model(), so, &own);
   GenerateRequest r;
   r.prompt = "The registry keeps";
   r.max_tokens = max_tokens;
   r.sampling.temperature = 0;
-  return generate(s, r, hooks);
+  return lease.model().batcher()->generate(r, hooks, &own);
 }
 
 }  // namespace
@@ -175,12 +172,9 @@ TEST(Registry, DrainWaitsForTheRequestAndCancelStopsIt) {
   Lease busy = reg.acquire("a");
   std::promise<void> started;
   GenerateHooks hooks;
-  bool told = false;
-  hooks.before_decode = [&](int step, bool) {
-    if (step == 2 && !told) {
-      told = true;
-      started.set_value();
-    }
+  int pieces = 0;
+  hooks.on_text = [&](std::string_view) {
+    if (++pieces == 2) started.set_value();
   };
   auto request = std::async(std::launch::async, [&] {
     GenerateResult r = run_request(busy, -1, hooks);

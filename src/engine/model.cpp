@@ -23,7 +23,6 @@ Model::Model(const ModelLoad& load, Scope* parent) : mode_(load.mode) {
   model_ = load_model(*scope_, load);
   n_threads_ = load.n_threads > 0 ? load.n_threads : default_threads();
   if (n_threads_ > 1) pool_ = new_threadpool(*scope_, n_threads_);
-  if (load.pooled_contexts > 0) contexts_ = std::make_unique<ContextPool>(*scope_, load.pooled_contexts);
   info_ = model_info(model_.get(), load.path);
   info_.load_mode = load_mode_name(load.mode);
 }

@@ -17,7 +17,6 @@
 #include <llama.h>
 
 #include "core/scope.h"
-#include "engine/context_pool.h"
 #include "engine/model_info.h"
 #include "engine/owners.h"
 
@@ -45,8 +44,6 @@ class Model {
   ggml_threadpool* threadpool() const { return pool_.get(); }  // null with one thread
   int32_t n_threads() const { return n_threads_; }
   std::mutex& decode_mutex() { return decode_mu_; }
-  // Null unless the load asked for pooled contexts.
-  ContextPool* context_pool() { return contexts_.get(); }
   // Requests then decode together in one context (engine/batcher.h). Once;
   // null until started.
   Batcher& start_batcher(const BatcherOptions& options);
@@ -61,7 +58,6 @@ class Model {
   std::unique_ptr<Scope> scope_;
   Owned<llama_model> model_;
   Owned<ggml_threadpool> pool_;
-  std::unique_ptr<ContextPool> contexts_;
   std::unique_ptr<Batcher> batcher_;
   ModelInfo info_;
   LoadMode mode_;

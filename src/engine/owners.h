@@ -48,7 +48,6 @@ struct ModelLoad {
   LoadMode mode = LoadMode::mmap;
   int32_t n_gpu_layers = -1;  // all layers on the accelerator, when there is one
   int32_t n_threads = 0;      // the model's decode threads (0: all cores)
-  int32_t pooled_contexts = 0;  // contexts kept warm between requests (engine/context_pool.h)
   // Called with 0..1; returning false aborts the load.
   std::function<bool(float)> progress;
 };

@@ -52,8 +52,7 @@ Session::Session(Model& model, const SessionOptions& o, const CancelToken* cance
     cp.abort_callback = on_abort_poll;
     cp.abort_callback_data = const_cast<CancelToken*>(cancel_);
   }
-  ctx_ = model.context_pool() ? model.context_pool()->lease(scope_, model.get(), cp, model.threadpool())
-                              : new_context(scope_, model.get(), cp, model.threadpool());
+  ctx_ = new_context(scope_, model.get(), cp, model.threadpool());
   // llama.cpp may round the context up (to a multiple of its padding).
   n_ctx_ = static_cast<int32_t>(llama_n_ctx(ctx_.get()));
   batch_ = new_batch(scope_, n_batch_, 1);

@@ -49,6 +49,9 @@ void Registry::check_name(const std::string& name) {
 
 Registry::Registry(RegistryOptions options, std::vector<ModelSpec> models)
     : options_(std::move(options)), scope_("registry") {
+  if (options_.parallel < 1 || options_.parallel > 256) {
+    throw Error("parallel requests must be 1..256 (llama.cpp's sequence limit), got " + std::to_string(options_.parallel));
+  }
   for (ModelSpec& m : models) {
     check_name(m.name);
     for (const Entry& e : entries_) {
@@ -118,8 +121,6 @@ int64_t Registry::estimate_for_locked(std::unique_lock<std::mutex>& lock, Entry&
   ModelLoad load = model_load(e);
   const VetRequest vet = vet_request(e);
   const llama_context_params& cp = vet.context;
-  // The contexts that may be alive at once: the batch's one, or one a pooled slot, at least one.
-  const int64_t n_contexts = options_.parallel > 0 ? 1 : std::max(1, options_.pooled_contexts);
   lock.unlock();
   // The estimate loads the file's metadata and vocab and plans a context,
   // about as long as the load itself (400 ms of a 1.1 s swap to a 151,936-
@@ -136,7 +137,7 @@ int64_t Registry::estimate_for_locked(std::unique_lock<std::mutex>& lock, Entry&
     MemoryEstimate m = options_.vetter ? options_.vetter->vet(vet).estimate : estimate_memory(load, cp);
     model_estimate = m.model_host + m.model_device;
     estimate = m.model_host + m.model_device + m.model_overhead +
-               n_contexts * (m.per_context_host() + m.context_device + m.compute_device);
+               m.per_context_host() + m.context_device + m.compute_device;  // the batch's one context
   } catch (const std::exception& ex) {
     lock.lock();
     e.last_error = ex.what();
@@ -156,7 +157,6 @@ ModelLoad Registry::model_load(Entry& e) {
   load.mode = options_.load_mode;
   load.n_gpu_layers = options_.n_gpu_layers;
   load.n_threads = options_.n_threads;
-  load.pooled_contexts = options_.pooled_contexts;
   load.progress = [this, &e](float p) {
     e.progress = p;
     std::lock_guard lock(mu_);  // the flag is read under the registry's lock
@@ -178,7 +178,7 @@ void Registry::load_locked(std::unique_lock<std::mutex>& lock, Entry& e, int64_t
   std::unique_ptr<Model> model;
   try {
     model = std::make_unique<Model>(load, &scope_);
-    if (options_.parallel > 0) model->start_batcher(batching);
+    model->start_batcher(batching);
   } catch (const std::exception& ex) {
     lock.lock();
     e.state = ModelState::unloaded;
@@ -210,8 +210,7 @@ void Registry::load_locked(std::unique_lock<std::mutex>& lock, Entry& e, int64_t
 
 llama_context_params Registry::context_params() const {
   const int32_t threads = options_.n_threads > 0 ? options_.n_threads : default_threads();
-  return options_.parallel > 0 ? batch_context_params(BatcherOptions{options_.parallel, options_.session}, 0, threads)
-                               : session_context_params(options_.session, 0, threads);
+  return batch_context_params(BatcherOptions{options_.parallel, options_.session}, 0, threads);
 }
 
 VetRequest Registry::vet_request(const Entry& e) const {

@@ -61,11 +61,9 @@ struct RegistryOptions {
   LoadMode load_mode = LoadMode::mmap;
   int32_t n_gpu_layers = -1;
   int32_t n_threads = 0;
-  int32_t pooled_contexts = 0;
-  // > 0: a model's requests decode together in one context of this many
-  // sequences, each of session.n_ctx (engine/batcher.h); 0: each request gets
-  // a session of its own.
-  int32_t parallel = 0;
+  // A model's requests decode together in one context of this many
+  // sequences, each of session.n_ctx (engine/batcher.h). At least 1.
+  int32_t parallel = 1;
   // Requests a model runs at once (0: no limit); the next ones wait, up to
   // max_queue of them a model, and beyond that are refused (QueueFull).
   int max_running = 0;

@@ -80,12 +80,9 @@ void prepare(Running& run, const std::string& chat_template) {
   g.prompt_tokens = prompt_tokens(model.vocab(), g, n_ctx);
 }
 
-// On the model's batch when it batches, else on a session of its own.
+// On the model's batch: the registry starts one with every load.
 GenerateResult run_generation(Running& run, const GenerateHooks& hooks, const CancelToken& cancel) {
-  Model& model = run.lease.model();
-  if (Batcher* batcher = model.batcher()) return batcher->generate(run.req.generate, hooks, &cancel);
-  Session session(model, run.session, &cancel);
-  return generate(session, run.req.generate, hooks);
+  return run.lease.model().batcher()->generate(run.req.generate, hooks, &cancel);
 }
 
 Wait waiting_for_client() {

@@ -21,6 +21,7 @@
 #include "core/size.h"
 #include "core/stats.h"
 #include "engine/test_model.h"
+#include "engine/vet.h"
 
 using namespace reclaim;
 using namespace reclaim::audit;
@@ -52,6 +53,8 @@ double add(SideStats& s, const SideResult& r) {
 int main(int argc, char** argv) {
   reexec_with_heap_tunables(argv);
   if (argc == 4 && std::string(argv[1]) == "__audit-side") return audit_side_main(argv[2], argv[3]);
+  // The serve-* scenarios' vetter runs this program as its child, as serve runs reclaim.
+  if (argc >= 2 && std::string(argv[1]) == kVetArg) return vet_child_main(argc, argv);
   CLI::App app{"reclaim vs raw llama.cpp: load/use/free cycle time and residue"};
   std::string model, load_mode = "mmap", scenario = "all";
   int cycles = 10, rounds = 8;

@@ -12,7 +12,6 @@
 //   tg: n decode steps of one token from an empty context (llama-bench: its tg
 //       test, which does not sample; reclaim: generate() with greedy sampling
 //       over the whole vocabulary, so reclaim's figure includes sampling).
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -27,6 +26,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "core/child.h"
 #include "core/error.h"
 #include "core/heap.h"
 #include "core/stats.h"
@@ -51,37 +51,12 @@ struct Rates {
 };
 
 std::string run_capture(const std::vector<std::string>& args) {
-  int fds[2];
-  if (::pipe(fds) != 0) throw Error(std::string("pipe: ") + std::strerror(errno));
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO);
-  posix_spawn_file_actions_addclose(&fa, fds[0]);
-  std::vector<std::string> store = args;
-  std::vector<char*> argv;
-  for (std::string& a : store) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  pid_t pid = 0;
-  int rc = ::posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  ::close(fds[1]);
-  if (rc != 0) {
-    ::close(fds[0]);
-    throw Error("cannot run " + args[0] + ": " + std::strerror(rc));
-  }
-  std::string out;
-  char buf[65536];
-  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) != 0;) {
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) break;
-    out.append(buf, static_cast<size_t>(n));
-  }
-  ::close(fds[0]);
-  int st = 0;
-  while (::waitpid(pid, &st, 0) < 0 && errno == EINTR) {
-  }
-  if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) throw Error(args[0] + " failed (status " + std::to_string(st) + ")");
-  return out;
+  ChildOptions co;
+  co.argv = args;
+  co.pass_stderr = true;
+  const ChildResult r = run_child(co);
+  if (!r.ok()) throw Error(args[0] + " failed (" + r.how_it_ended() + ")");
+  return r.out;
 }
 
 Rates llama_bench(const Options& o) {

@@ -7,7 +7,6 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -24,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/spawn.h"
 
 extern char** environ;
 
@@ -153,17 +153,13 @@ struct ServerProcess {
   std::string unload_path;
 
   void start() {
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_adddup2(&fa, STDOUT_FILENO, STDERR_FILENO);
-    std::vector<std::string> store = argv;
-    std::vector<char*> args;
-    for (std::string& a : store) args.push_back(a.data());
-    args.push_back(nullptr);
-    const int rc = ::posix_spawn(&pid, args[0], &fa, nullptr, args.data(), environ);
-    posix_spawn_file_actions_destroy(&fa);
-    if (rc != 0) throw Error("cannot run " + argv[0] + ": " + std::strerror(rc));
+    SpawnOptions so;
+    so.argv = argv;
+    so.stdout_file = log;
+    so.stderr_to_stdout = true;
+    std::string error;
+    pid = spawn_process(so, &error);
+    if (pid < 0) throw Error(error);
     const Clock::time_point t0 = Clock::now();
     while (http(port, "GET", "/health", "", [](const std::string&) {}) != 200) {
       int st = 0;

@@ -4,7 +4,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "core/spawn.h"
 #include "temp_path.h"
 
 #ifndef RECLAIM_BIN
@@ -54,17 +54,15 @@ class Child {
     int out[2], err[2];
     EXPECT_EQ(::pipe2(out, O_CLOEXEC), 0);
     EXPECT_EQ(::pipe2(err, O_CLOEXEC), 0);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, out[1], STDOUT_FILENO);
-    posix_spawn_file_actions_adddup2(&fa, err[1], STDERR_FILENO);
-    std::vector<std::string> all = {RECLAIM_BIN};
-    all.insert(all.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (std::string& a : all) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    EXPECT_EQ(::posix_spawn(&pid_, RECLAIM_BIN, &fa, nullptr, argv.data(), environ), 0);
-    posix_spawn_file_actions_destroy(&fa);
+    reclaim::SpawnOptions so;
+    so.argv = {RECLAIM_BIN};
+    so.argv.insert(so.argv.end(), args.begin(), args.end());
+    so.stdout_fd = out[1];
+    so.stderr_fd = err[1];
+    so.close_other_fds = false;  // as a user's shell would start it
+    std::string error;
+    pid_ = reclaim::spawn_process(so, &error);
+    EXPECT_GT(pid_, 0) << error;
     ::close(out[1]);
     ::close(err[1]);
     out_ = out[0];

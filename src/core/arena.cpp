@@ -10,6 +10,8 @@
 #include <cstring>
 #include <new>
 
+#include "core/env_switch.h"
+
 namespace reclaim {
 
 namespace {
@@ -107,10 +109,7 @@ std::atomic<int> g_mapped_arenas{0};
 __attribute__((tls_model("initial-exec"))) thread_local int t_open = -1;
 
 bool enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("RECLAIM_LOAD_ARENA");
-    return !(v && std::strcmp(v, "0") == 0);
-  }();
+  static const bool on = env_switch_on("RECLAIM_LOAD_ARENA");
   return on;
 }
 

@@ -13,6 +13,7 @@
 
 #include "core/defer.h"
 #include "core/error.h"
+#include "core/spawn.h"
 
 extern char** environ;
 
@@ -62,32 +63,20 @@ ChildResult run_child(const ChildOptions& o) {
   }
   Defer close_err([&] { ::close(err_pipe[0]); });
 
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  Defer destroy_fa([&] { posix_spawn_file_actions_destroy(&fa); });
-  posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&fa, out_pipe[1], STDOUT_FILENO);
-  if (!o.pass_stderr) posix_spawn_file_actions_adddup2(&fa, err_pipe[1], STDERR_FILENO);
-  posix_spawn_file_actions_addclosefrom_np(&fa, 3);
-
-  std::vector<std::string> args = o.argv;
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  std::vector<std::string> env_store = o.env;
-  if (env_store.empty() && !o.env_add.empty()) {
-    for (char** e = environ; *e; ++e) env_store.emplace_back(*e);
+  SpawnOptions so;
+  so.argv = o.argv;
+  so.env = o.env;
+  if (so.env.empty() && !o.env_add.empty()) {
+    for (char** e = environ; *e; ++e) so.env.emplace_back(*e);
   }
-  env_store.insert(env_store.end(), o.env_add.begin(), o.env_add.end());
-  std::vector<char*> envp;
-  for (std::string& e : env_store) envp.push_back(e.data());
-  envp.push_back(nullptr);
-
-  pid_t pid = 0;
-  const int rc = ::posix_spawn(&pid, args[0].c_str(), &fa, nullptr, argv.data(), env_store.empty() ? environ : envp.data());
+  so.env.insert(so.env.end(), o.env_add.begin(), o.env_add.end());
+  so.stdout_fd = out_pipe[1];
+  if (!o.pass_stderr) so.stderr_fd = err_pipe[1];
+  std::string error;
+  const pid_t pid = spawn_process(so, &error);
   ::close(out_pipe[1]);
   ::close(err_pipe[1]);
-  if (rc != 0) throw Error("cannot start '" + o.argv[0] + "': " + std::strerror(rc));
+  if (pid < 0) throw Error(error);
 
   ChildResult r;
   const Clock::time_point deadline = o.timeout.count() > 0 ? Clock::now() + o.timeout : Clock::time_point::max();

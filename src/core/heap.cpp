@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "core/arena.h"
+#include "core/env_switch.h"
 
 extern char** environ;
 
@@ -21,10 +22,7 @@ namespace reclaim {
 namespace {
 // RECLAIM_HEAP_RELEASE=none turns the release off, to measure what it does.
 bool release_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("RECLAIM_HEAP_RELEASE");
-    return !(v && std::strcmp(v, "none") == 0);
-  }();
+  static const bool on = env_switch_on("RECLAIM_HEAP_RELEASE", "none");
   return on;
 }
 
@@ -76,8 +74,7 @@ void release_free_heap() {
 void reexec_with_heap_tunables(char** argv) {
 #if defined(__GLIBC__)
   if (heap_tunables_active()) return;
-  const char* no = std::getenv("RECLAIM_NO_REEXEC");
-  if (no && std::strcmp(no, "1") == 0) return;
+  if (!env_switch_on("RECLAIM_NO_REEXEC", "1")) return;  // RECLAIM_NO_REEXEC=1
   const char* old = std::getenv("GLIBC_TUNABLES");
   std::string value = old && *old ? old : "";
   for (const char* k : kTunables) {

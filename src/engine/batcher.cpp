@@ -9,12 +9,6 @@
 
 namespace reclaim {
 
-namespace {
-
-std::atomic<uint64_t> g_next_request{1};
-
-}  // namespace
-
 llama_context_params batch_context_params(const BatcherOptions& o, int32_t n_ctx_train, int32_t max_threads) {
   if (o.n_seq < 1 || o.n_seq > 256) throw Error("parallel requests must be 1..256 (llama.cpp's sequence limit)");
   llama_context_params cp = session_context_params(o.session, n_ctx_train, max_threads);
@@ -119,7 +113,7 @@ bool Batcher::abort_poll(void* data) {
 
 GenerateResult Batcher::generate(const GenerateRequest& req, const GenerateHooks& hooks, const CancelToken* cancel) {
   GenerateResult r;
-  Scope request(scope_, "request:" + std::to_string(g_next_request.fetch_add(1)));
+  Scope request(scope_, next_request_name());
   Job job;
   job.prompt = prompt_tokens(model_.vocab(), req, n_ctx_seq_);
   Generation gen(request, model_.vocab(), req, job.prompt, r);

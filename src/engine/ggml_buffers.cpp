@@ -21,6 +21,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/env_switch.h"
 #include "core/heap.h"
 
 extern "C" {
@@ -39,10 +40,7 @@ constexpr size_t kHuge = size_t{2} << 20;
 constexpr size_t kThreshold = kHuge;
 
 bool enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("RECLAIM_HUGE_BUFFERS");
-    return !(v && std::strcmp(v, "0") == 0);
-  }();
+  static const bool on = reclaim::env_switch_on("RECLAIM_HUGE_BUFFERS");
   return on;
 }
 

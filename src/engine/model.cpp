@@ -1,11 +1,15 @@
 #include "engine/model.h"
 
+#include <atomic>
+
 #include "engine/batcher.h"
 #include "engine/session.h"
 
 namespace reclaim {
 
 namespace {
+
+std::atomic<uint64_t> g_next_request{1};
 
 std::string scope_name(const ModelLoad& load) {
   if (!load.name.empty()) return "model:" + load.name;
@@ -14,6 +18,8 @@ std::string scope_name(const ModelLoad& load) {
 }
 
 }  // namespace
+
+std::string next_request_name() { return "request:" + std::to_string(g_next_request.fetch_add(1)); }
 
 Model::Model(const ModelLoad& load, Scope* parent) : mode_(load.mode) {
   const ScopeOptions opts{.release_heap_on_close = true};

@@ -25,6 +25,11 @@ namespace reclaim {
 class Batcher;
 struct BatcherOptions;
 
+// The scope name of a request ("request:<n>"), from one counter for every
+// session and batch of the process, so that two requests never share a name
+// on the ledger.
+std::string next_request_name();
+
 class Model {
  public:
   // Loads into a new scope "model:<file name>" under `parent`, or a root

@@ -10,6 +10,7 @@
 #include "core/heap.h"
 #include "core/size.h"
 #include "core/usage.h"
+#include "engine/devices.h"
 #include "engine/runtime.h"
 
 // llama_get_memory_breakdown lives in llama.cpp's staging header, which is
@@ -107,9 +108,7 @@ void check_memory_fits(const MemoryEstimate& e, const std::string& what) {
   }
   if (e.device() > 0) {
     int64_t free_total = 0;
-    for (size_t i = 0; i < ggml_backend_dev_count(); ++i) {
-      ggml_backend_dev_t dev = ggml_backend_dev_get(i);
-      if (ggml_backend_dev_type(dev) == GGML_BACKEND_DEVICE_TYPE_CPU) continue;
+    for (ggml_backend_dev_t dev : accelerator_devices()) {
       size_t free = 0, total = 0;
       ggml_backend_dev_memory(dev, &free, &total);
       free_total += static_cast<int64_t>(free);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/heap.h"
+#include "engine/devices.h"
 #include "engine/warmup.h"
 
 namespace reclaim {
@@ -42,11 +43,8 @@ void on_llama_log(ggml_log_level level, const char* text, void*) {
 
 std::vector<DeviceMemory> probe_devices() {
   std::vector<DeviceMemory> out;
-  for (size_t i = 0; i < ggml_backend_dev_count(); ++i) {
-    ggml_backend_dev_t dev = ggml_backend_dev_get(i);
-    // CPU "device" memory is the whole machine's; this process's share of it
-    // is already in RSS.
-    if (ggml_backend_dev_type(dev) == GGML_BACKEND_DEVICE_TYPE_CPU) continue;
+  // The CPU's share of the machine's memory is already in RSS.
+  for (ggml_backend_dev_t dev : accelerator_devices()) {
     size_t free = 0, total = 0;
     ggml_backend_dev_memory(dev, &free, &total);
     out.push_back({ggml_backend_dev_name(dev), static_cast<int64_t>(total - free), static_cast<int64_t>(total)});
@@ -75,9 +73,7 @@ namespace {
 // is made on first use and kept until exit; made here, it is in the baseline
 // rather than charged to the first model as device memory that never returns.
 void warm_accelerators() {
-  for (size_t i = 0; i < ggml_backend_dev_count(); ++i) {
-    ggml_backend_dev_t dev = ggml_backend_dev_get(i);
-    if (ggml_backend_dev_type(dev) == GGML_BACKEND_DEVICE_TYPE_CPU) continue;
+  for (ggml_backend_dev_t dev : accelerator_devices()) {
     if (ggml_backend_t b = ggml_backend_dev_init(dev, nullptr)) ggml_backend_free(b);
   }
 }

@@ -8,8 +8,6 @@ namespace reclaim {
 
 namespace {
 
-std::atomic<uint64_t> g_next_request{1};
-
 bool on_abort_poll(void* data) { return static_cast<const CancelToken*>(data)->cancelled(); }
 
 // Checked before the scope is opened under the model's, which would refuse
@@ -43,7 +41,7 @@ llama_context_params session_context_params(const SessionOptions& o, int32_t n_c
 
 Session::Session(Model& model, const SessionOptions& o, const CancelToken* cancel)
     : model_(model),
-      scope_(open_model_scope(model), "request:" + std::to_string(g_next_request.fetch_add(1)),
+      scope_(open_model_scope(model), next_request_name(),
              ScopeOptions{.release_heap_on_close = true}),
       cancel_(cancel) {
   llama_context_params cp = session_context_params(o, model.info().n_ctx_train, model.n_threads());

@@ -6,9 +6,20 @@
 
 #include <string>
 
+#include "audit/cycles.h"
+
 namespace reclaim::audit {
 
 inline void quiet_log(ggml_log_level, const char*, void*) {}
+
+// A plain program's start: llama.cpp's backend, its log quiet.
+inline void start_raw_side(SideResult& out) {
+  out.side = "raw";
+  out.start_before = Usage::capture();
+  llama_log_set(quiet_log, nullptr);
+  llama_backend_init();
+  out.warmed = "llama_backend_init";
+}
 
 inline llama_load_mode raw_load_mode(const std::string& m) {
   if (m == "none") return LLAMA_LOAD_MODE_NONE;

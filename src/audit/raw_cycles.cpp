@@ -115,11 +115,7 @@ RawRequest raw_request(llama_model* model, const CycleOptions& o, int threads, c
 
 SideResult run_raw_cycles(const CycleOptions& o) {
   SideResult out;
-  out.side = "raw";
-  out.start_before = Usage::capture();
-  llama_log_set(quiet_log, nullptr);
-  llama_backend_init();
-  out.warmed = "llama_backend_init";
+  start_raw_side(out);
   Recorder rec(out);
   rec.reserve(o.cycles, has_requests(o.scenario) ? o.requests : 0);
   rec.set_baseline(Usage::capture());

@@ -155,12 +155,8 @@ GroupCounts run_group(llama_context* ctx, const llama_vocab* vocab, const std::v
 
 SideResult run_raw_serve_cycles(const CycleOptions& o) {
   SideResult out;
-  out.side = "raw";
+  start_raw_side(out);
   out.requests_from_first = true;
-  out.start_before = Usage::capture();
-  llama_log_set(quiet_log, nullptr);
-  llama_backend_init();
-  out.warmed = "llama_backend_init";
   const int threads = o.n_threads > 0 ? o.n_threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const size_t n_seq = static_cast<size_t>(std::max(1, o.parallel));
   Recorder rec(out);

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "audit/cycles.h"
+#include "audit/reclaim_side.h"
 #include "core/error.h"
 #include "core/ledger.h"
 #include "engine/generate.h"
@@ -20,14 +21,6 @@ SessionOptions session_options(const CycleOptions& o) {
   so.n_batch = o.n_ctx;  // the prompt in one decode, as the raw side does it
   so.n_threads = o.n_threads;
   return so;
-}
-
-GenerateRequest greedy_request(const CycleOptions& o) {
-  GenerateRequest req;
-  req.prompt = kAuditPrompt;
-  req.max_tokens = o.n_generate;
-  req.sampling.temperature = 0;
-  return req;
 }
 
 void one_request(Model& model, const CycleOptions& o, Recorder& rec, bool sample_phases) {
@@ -68,10 +61,8 @@ double cancelled_request(Model& model, const CycleOptions& o, const CancelPlan& 
 
 SideResult run_reclaim_cycles(const CycleOptions& o) {
   SideResult out;
-  out.side = "reclaim";
   Runtime runtime;
-  out.start_before = runtime.before();
-  out.warmed = runtime.warmed();
+  start_reclaim_side(out, runtime);
   Recorder rec(out);
   rec.reserve(o.cycles, has_requests(o.scenario) ? o.requests : 0);
   ModelLoad load;

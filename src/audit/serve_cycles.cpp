@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "audit/serve_plan.h"
+#include "audit/reclaim_side.h"
 #include "core/error.h"
 #include "core/ledger.h"
 #include "engine/batcher.h"
@@ -46,14 +47,6 @@ int64_t budget_for_one(const CycleOptions& o, const RegistryOptions& base) {
   const int64_t estimate = probe.status("a").estimate;
   if (estimate <= 0) throw Error("serve-swap: no estimate for '" + o.model + "'");
   return estimate + estimate / 2;
-}
-
-GenerateRequest greedy_request(const CycleOptions& o) {
-  GenerateRequest req;
-  req.prompt = kAuditPrompt;
-  req.max_tokens = o.n_generate;
-  req.sampling.temperature = 0;
-  return req;
 }
 
 struct Outcome {
@@ -190,10 +183,8 @@ void run_cycle(Registry& registry, server::WorkerPool& pool, const CycleOptions&
 
 SideResult run_reclaim_serve_cycles(const CycleOptions& o) {
   SideResult out;
-  out.side = "reclaim";
   Runtime runtime;
-  out.start_before = runtime.before();
-  out.warmed = runtime.warmed();
+  start_reclaim_side(out, runtime);
   out.requests_from_first = true;
   // What serve has before its first request: the vetter, the registry and the
   // HTTP threads that stay.

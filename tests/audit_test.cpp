@@ -184,12 +184,19 @@ TEST(Audit, TheServePathEndsRequestsWhereAskedAndLeavesWhatRawLlamaKeepsNot) {
   for (const auto& s : j["scenarios"]) {
     // The batch's context stays loaded between waves: residues from the first.
     EXPECT_TRUE(s["reclaim"]["requests_from_first"].get<bool>());
-    int cancelled = 0, whole = 0;
+    int cancelled = 0, whole = 0, in_prompt = 0;
     for (const auto& c : s["reclaim"]["cycles"]) {
+      in_prompt += c["cancelled_in_prompt"].get<int>();
       cancelled += c["cancelled_in_prompt"].get<int>() + c["cancelled_in_generation"].get<int>();
       whole += c["not_cancelled"].get<int>();
     }
-    if (s["scenario"] == "serve-cancel") EXPECT_EQ(cancelled, 16) << "every request is cancelled";
+    if (s["scenario"] == "serve-cancel") {
+      // Each is cancelled, by a deadline inside its prompt or at a step; one
+      // whose deadline or step comes after its end finishes whole.
+      EXPECT_GE(cancelled, 12);
+      EXPECT_GT(in_prompt, 0);
+      EXPECT_GT(cancelled - in_prompt, 0);
+    }
     if (s["scenario"] == "serve-vanish") {
       EXPECT_EQ(cancelled, 8) << "half of the clients leave";
       EXPECT_EQ(whole, 8);

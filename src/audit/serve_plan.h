@@ -37,7 +37,8 @@ struct ServeCycle {
 };
 
 // serve, serve-cancel, serve-vanish: waves of 2 x parallel requests (half of
-// each wave waits for a sequence), `requests` in all. serve-swap: one wave of
+// each wave waits for a sequence), `requests` in all; the first wave runs
+// whole, the later ones are cancelled or lose their clients. serve-swap: one wave of
 // `requests` alternating between two models of which the budget holds one.
 // serve-drain, serve-unload-cancel: one wave of `parallel` requests, and the
 // unload while they run.

@@ -12,11 +12,8 @@
 //   tg: n decode steps of one token from an empty context (llama-bench: its tg
 //       test, which does not sample; reclaim: generate() with greedy sampling
 //       over the whole vocabulary, so reclaim's figure includes sampling).
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <random>

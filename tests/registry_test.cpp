@@ -282,3 +282,16 @@ TEST(Registry, WithParallelAModelDecodesItsRequestsOnOneBatch) {
   }
   EXPECT_EQ(live(), before);
 }
+
+TEST(Registry, ABadParallelIsRefusedAtOnce) {
+  for (int32_t n : {0, -1, 257}) {
+    RegistryOptions o = options();
+    o.parallel = n;
+    try {
+      Registry reg(o, models());
+      ADD_FAILURE() << "parallel " << n << " was taken";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("parallel requests must be 1..256"), std::string::npos) << e.what();
+    }
+  }
+}

@@ -83,9 +83,7 @@ Outcome serve_one(Registry& registry, const CycleOptions& o, const ServeRequest&
   hooks.tick = [&] {
     if (vanish && pieces > 0) cancel.cancel(CancelReason::client_gone);
   };
-  Batcher* batcher = lease.model().batcher();
-  if (!batcher) throw Error("the serve path's model has no batch");
-  GenerateResult r = batcher->generate(greedy_request(o), hooks, &cancel);
+  GenerateResult r = lease.model().batcher()->generate(greedy_request(o), hooks, &cancel);
   out.cancelled = r.finish == FinishReason::cancelled;
   out.in_prompt = out.cancelled && r.tokens.empty();
   out.prompt_ms = r.timings.prompt_ms;

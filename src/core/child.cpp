@@ -15,8 +15,6 @@
 #include "core/error.h"
 #include "core/spawn.h"
 
-extern char** environ;
-
 namespace reclaim {
 
 namespace {

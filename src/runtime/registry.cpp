@@ -49,9 +49,9 @@ void Registry::check_name(const std::string& name) {
 
 Registry::Registry(RegistryOptions options, std::vector<ModelSpec> models)
     : options_(std::move(options)), scope_("registry") {
-  if (options_.parallel < 1 || options_.parallel > 256) {
-    throw Error("parallel requests must be 1..256 (llama.cpp's sequence limit), got " + std::to_string(options_.parallel));
-  }
+  // The batch's context parameters refuse a bad --parallel or --batch: now,
+  // rather than at the first load.
+  (void)context_params();
   for (ModelSpec& m : models) {
     check_name(m.name);
     for (const Entry& e : entries_) {

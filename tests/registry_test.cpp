@@ -77,8 +77,8 @@ TEST(Registry, ConcurrentRequestsForAnUnloadedModelShareOneLoad) {
 }
 
 TEST(Registry, KeepAliveZeroUnloadsAfterTheLastRequest) {
-  const uint64_t before = live();
   Registry reg(options(0ms), models());
+  const uint64_t before = live();  // the registry's reaper is on it
   {
     Lease l = reg.acquire("a");
     run_request(l, 4);
@@ -157,8 +157,8 @@ TEST(Registry, AModelThatCanNeverFitIsRefusedAtOnceAndTheRefusalSaysWhy) {
 }
 
 TEST(Registry, DrainWaitsForTheRequestAndCancelStopsIt) {
-  const uint64_t before = live();
   Registry reg(options(), models());
+  const uint64_t before = live();  // the registry's reaper is on it
   Lease held = reg.acquire("a");
   auto drained = std::async(std::launch::async, [&] { reg.unload("a", UnloadMode::drain, 60s); });
   EXPECT_EQ(drained.wait_for(300ms), std::future_status::timeout) << "the unload did not wait for the request";
@@ -204,8 +204,8 @@ TEST(Registry, NamesAreResolvedOnlyInsideTheConfiguredSet) {
 }
 
 TEST(Registry, AFailedLoadLeavesNothingAndSaysWhy) {
-  const uint64_t before = live();
   Registry reg(options(), {{"gone", "/nonexistent/model.gguf"}});
+  const uint64_t before = live();  // the registry's reaper is on it
   EXPECT_THROW(reg.acquire("gone"), Error);
   ModelStatus s = reg.status("gone");
   EXPECT_EQ(s.state, ModelState::unloaded);

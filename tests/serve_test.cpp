@@ -11,7 +11,9 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <map>
 #include <regex>
+#include <map>
 #include <sstream>
 #include <thread>
 
@@ -72,6 +74,50 @@ TEST(Serve, ChatStreamedAndNotAndCompletionsThenNothingIsLeft) {
   Result end = s.stop();
   EXPECT_EQ(end.status, 0) << end.err;
   EXPECT_NE(end.err.find("ledger: 0 entries"), std::string::npos) << end.err;
+}
+
+TEST(Serve, EveryThreadOfTheServerIsOnTheLedgerUnderItsOwner) {
+  Served s({"--parallel", "2"});
+  auto threads_on_ledger = [&](const json& r) {
+    std::map<std::string, int> by_owner;
+    int all = 0;
+    for (const json& e : r["ledger"]["entries"]) {
+      if (e["kind"] != "thread") continue;
+      // A model's threadpool is one entry for its n threads ("threadpool n=2").
+      const std::string label = e["label"];
+      const int n = label.rfind("threadpool n=", 0) == 0 ? std::stoi(label.substr(13)) : 1;
+      by_owner[e["owner"].get<std::string>().substr(0, e["owner"].get<std::string>().find('/'))] += n;
+      all += n;
+    }
+    return std::make_pair(by_owner, all);
+  };
+  // Idle: the accept loop, the HTTP threads that stay and the watchdog, the
+  // reaper, the vetter.
+  json r = s.get("/v1/resources");
+  auto [idle, idle_all] = threads_on_ledger(r);
+  EXPECT_EQ(idle["serve"], 1) << r["ledger"].dump();
+  EXPECT_EQ(idle["http"], 4 + 1) << r["ledger"].dump();  // and the read-timeout watchdog
+  EXPECT_EQ(idle["registry"], 1) << r["ledger"].dump();
+  EXPECT_EQ(idle["vetter"], 1) << r["ledger"].dump();
+  // Every thread the kernel counts is one of those, or the main thread (a
+  // sanitizer adds threads of its own).
+  if (!sanitized()) EXPECT_EQ(Outside::of(s.pid()).threads, idle_all + 1) << r["ledger"].dump();
+
+  // A model loaded adds its batch's decode thread and its ggml workers, under
+  // the model (in the registry's scope).
+  auto ok = s.post("/v1/completions", {{"model", "spm"}, {"prompt", "Once"}, {"max_tokens", 2}});
+  ASSERT_TRUE(ok);
+  ASSERT_EQ(ok->status, 200) << ok->body;
+  r = s.get("/v1/resources");
+  bool decode_thread = false;
+  for (const json& e : r["ledger"]["entries"]) {
+    if (e["kind"] == "thread" && e["label"] == "batch decode thread") {
+      decode_thread = true;
+      EXPECT_EQ(e["owner"], "registry/model:spm/batch");
+    }
+  }
+  EXPECT_TRUE(decode_thread) << r["ledger"].dump();
+  s.expect_clean();
 }
 
 TEST(Serve, EveryErrorIsAnOpenAIErrorWithItsStatus) {

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include <llama.h>
 #include <nlohmann/json.hpp>
 
 #include "core/usage.h"
@@ -116,6 +117,10 @@ class Recorder {
 
 // The prompt decoded by the request scenarios, the same on both sides.
 extern const char* const kAuditPrompt;
+// That prompt as token ids for `vocab`: tokenized, or, for a model with no
+// tokenizer (llama.cpp's no_vocab, as its architecture test models are), a
+// fixed run of ids as long as the text is in the bpe test vocabulary.
+std::vector<llama_token> audit_prompt(const llama_vocab* vocab);
 
 // Where the cancel scenario cancels one request; both sides draw the same.
 struct CancelPlan {

@@ -56,9 +56,8 @@ RawRequest raw_request(llama_model* model, const CycleOptions& o, int threads, c
   llama_context* ctx = llama_init_from_model(model, cp);
   if (!ctx) throw Error("raw side: cannot create a context");
   const llama_vocab* vocab = llama_model_get_vocab(model);
-  std::vector<llama_token> tokens(static_cast<size_t>(o.n_ctx));
-  int n = llama_tokenize(vocab, kAuditPrompt, static_cast<int32_t>(std::strlen(kAuditPrompt)), tokens.data(),
-                         static_cast<int32_t>(tokens.size()), true, true);
+  const std::vector<llama_token> tokens = audit_prompt(vocab);
+  const auto n = static_cast<int>(tokens.size());
   llama_batch batch = llama_batch_init(o.n_ctx, 0, 1);
   llama_sampler* chain = llama_sampler_chain_init(llama_sampler_chain_default_params());
   llama_sampler_chain_add(chain, llama_sampler_init_greedy());

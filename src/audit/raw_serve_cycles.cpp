@@ -69,10 +69,8 @@ struct GroupCounts {
 GroupCounts run_group(llama_context* ctx, const llama_vocab* vocab, const std::vector<const ServeRequest*>& group,
                       const CycleOptions& o, int stop_at_step) {
   GroupCounts counts;
-  std::vector<llama_token> prompt(static_cast<size_t>(o.n_ctx));
-  const int n_prompt = llama_tokenize(vocab, kAuditPrompt, static_cast<int32_t>(std::strlen(kAuditPrompt)), prompt.data(),
-                                      static_cast<int32_t>(prompt.size()), true, true);
-  if (n_prompt <= 0) throw Error("raw side: cannot tokenize the prompt");
+  const std::vector<llama_token> prompt = audit_prompt(vocab);
+  const auto n_prompt = static_cast<int>(prompt.size());
   llama_memory_t mem = llama_get_memory(ctx);
   llama_batch batch = llama_batch_init(o.n_ctx, 0, 1);
   std::vector<Seq> seqs(group.size());

@@ -31,7 +31,7 @@ void one_request(Model& model, const CycleOptions& o, Recorder& rec, bool sample
       if (!prompt && step == 1) rec.sample("prompt");
     };
   }
-  generate(session, greedy_request(o), hooks);
+  generate(session, greedy_request(o, model.vocab()), hooks);
   if (sample_phases) rec.sample("generated");
 }
 
@@ -51,7 +51,7 @@ double cancelled_request(Model& model, const CycleOptions& o, const CancelPlan& 
     }
     if (!prompt && !plan.in_prompt && step == plan.step) cancel.cancel();
   };
-  GenerateResult r = generate(session, greedy_request(o), hooks);
+  GenerateResult r = generate(session, greedy_request(o, model.vocab()), hooks);
   const bool cancelled = r.finish == FinishReason::cancelled;
   rec.count_cancel(cancelled, cancelled && r.tokens.empty());
   return cancelled && r.tokens.empty() ? prompt_ms : r.timings.prompt_ms;

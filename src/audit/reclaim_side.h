@@ -15,9 +15,9 @@ inline void start_reclaim_side(SideResult& out, const Runtime& runtime) {
 }
 
 // Greedy, so that both sides (and every cycle) decode the same tokens.
-inline GenerateRequest greedy_request(const CycleOptions& o) {
+inline GenerateRequest greedy_request(const CycleOptions& o, const llama_vocab* vocab) {
   GenerateRequest req;
-  req.prompt = kAuditPrompt;
+  req.prompt_tokens = audit_prompt(vocab);
   req.max_tokens = o.n_generate;
   req.sampling.temperature = 0;
   return req;

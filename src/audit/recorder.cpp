@@ -17,6 +17,22 @@ const char* const kAuditPrompt =
     "The quick brown fox jumps over the lazy dog. Memory that is taken must be given back, "
     "on every path: when a request ends, when it fails, and when the model is unloaded.";
 
+std::vector<llama_token> audit_prompt(const llama_vocab* vocab) {
+  const int32_t n_vocab = llama_vocab_n_tokens(vocab);
+  if (llama_vocab_type(vocab) == LLAMA_VOCAB_TYPE_NONE) {
+    // Spread over the vocabulary, none repeated next to another.
+    std::vector<llama_token> ids(36);
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<llama_token>((i * 37 + 11) % static_cast<size_t>(n_vocab));
+    return ids;
+  }
+  const auto len = static_cast<int32_t>(std::strlen(kAuditPrompt));
+  std::vector<llama_token> tokens(static_cast<size_t>(len) + 4);
+  const int32_t n = llama_tokenize(vocab, kAuditPrompt, len, tokens.data(), static_cast<int32_t>(tokens.size()), true, true);
+  if (n <= 0) throw Error("cannot tokenize the audit's prompt");
+  tokens.resize(static_cast<size_t>(n));
+  return tokens;
+}
+
 const char* scenario_name(Scenario s) {
   switch (s) {
     case Scenario::load_free: return "load-free";

@@ -70,20 +70,20 @@ Outcome serve_one(Registry& registry, const CycleOptions& o, const ServeRequest&
   CancelToken cancel;
   cancel.link(&lease.cancel_token());
   GenerateHooks hooks;
-  int pieces = 0;
+  int generated = 0;  // tokens so far
   if (plan.end == RequestEnd::cancel && plan.plan.in_prompt) {
     const auto delay = std::chrono::duration<double, std::milli>(prompt_ms * plan.plan.delay_fraction);
     cancel.set_deadline(CancelToken::Clock::now() + std::chrono::duration_cast<CancelToken::Clock::duration>(delay));
   }
-  hooks.on_text = [&](std::string_view) {
-    ++pieces;
-    if (plan.end == RequestEnd::cancel && !plan.plan.in_prompt && pieces >= plan.plan.step) cancel.cancel();
+  hooks.on_tokens = [&](int32_t n) {
+    generated = n;
+    if (plan.end == RequestEnd::cancel && !plan.plan.in_prompt && generated >= plan.plan.step) cancel.cancel();
   };
   // The server's tick asks the socket; here the client leaves after its first text.
   hooks.tick = [&] {
-    if (vanish && pieces > 0) cancel.cancel(CancelReason::client_gone);
+    if (vanish && generated > 0) cancel.cancel(CancelReason::client_gone);
   };
-  GenerateResult r = lease.model().batcher()->generate(greedy_request(o), hooks, &cancel);
+  GenerateResult r = lease.model().batcher()->generate(greedy_request(o, lease.model().vocab()), hooks, &cancel);
   out.cancelled = r.finish == FinishReason::cancelled;
   out.in_prompt = out.cancelled && r.tokens.empty();
   out.prompt_ms = r.timings.prompt_ms;
@@ -191,7 +191,8 @@ SideResult run_reclaim_serve_cycles(const CycleOptions& o) {
   RegistryOptions ro = serve_options(o, std::make_shared<Vetter>(std::move(vo)));
   if (o.scenario == Scenario::serve_swap) ro.memory_budget = budget_for_one(o, ro);
   Registry registry(ro, {{"a", o.model}, {"b", o.model}});
-  server::WorkerPool pool(4, 512);
+  Scope http("http");
+  server::WorkerPool pool(http, 4, 512);
   Recorder rec(out);
   size_t most_waves = 0;
   for (int c = 0; c < o.cycles; ++c) most_waves = std::max(most_waves, plan_serve_cycle(o, c).waves.size());

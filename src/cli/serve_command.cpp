@@ -12,7 +12,6 @@
 #include <thread>
 
 #include "cli/commands.h"
-#include "core/defer.h"
 #include "core/heap.h"
 #include "core/ledger.h"
 #include "core/size.h"
@@ -86,6 +85,56 @@ std::vector<ModelSpec> model_specs(const Args& a) {
   return out;
 }
 
+// Serves until SIGTERM or SIGINT, then stops: the registry, the HTTP
+// server and their threads are gone when this returns.
+void serve_until_stopped(RegistryOptions opts, std::vector<ModelSpec> specs, const server::ServerOptions& so,
+                         const std::vector<std::string>& preload, const sigset_t& stop_signals, Millis shutdown_timeout) {
+  Registry registry(std::move(opts), std::move(specs));
+  server::Server http(so, registry);
+  const int port = http.bind();
+  // The accept loop's thread, on the ledger. Whatever fails from here on,
+  // the scope's close stops the HTTP side before the thread is destroyed (a
+  // joinable std::thread would end the process).
+  std::thread server_thread;  // before the scope, which joins it, and so destroyed after it
+  Scope serving("serve");
+  Scope::Slot accept_slot = serving.reserve(Kind::thread, "accept loop");
+  server_thread = std::thread([&] { http.run(); });
+  accept_slot.arm(0, [&] {
+    http.stop();
+    server_thread.join();
+  });
+  // The HTTP side starts its worker threads when it starts listening.
+  while (!http.running()) std::this_thread::yield();
+  // The server's own threads took stacks from the cache that start-up
+  // filled; fill it again so that a model's workers find stacks there.
+  warm_thread_stack_cache();
+  release_free_heap();
+  http.set_baseline(Usage::capture());
+  // After the baseline, which a vetting child's pipes would be in. The first
+  // request for a model then finds its file's verdict ready.
+  registry.vet_in_background();
+  for (const std::string& name : preload) {
+    try {
+      registry.load(name);
+    } catch (const std::exception& e) {
+      throw Error("--preload " + name + ": " + e.what());
+    }
+  }
+  std::printf("reclaim: listening on http://%s:%d (%zu models)\n", so.host.c_str(), port, registry.list().size());
+  std::fflush(stdout);
+
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  std::fprintf(stderr, "reclaim: %s: stopping; requests in flight have %lld ms to finish\n", sig == SIGINT ? "SIGINT" : "SIGTERM",
+               static_cast<long long>(shutdown_timeout.count()));
+  // Requests end as their models unload (drained up to the timeout, then
+  // cancelled); the HTTP side returns once their handlers have.
+  std::thread stopper([&] { http.stop(); });
+  registry.unload_all(UnloadMode::drain, shutdown_timeout);
+  stopper.join();
+  serving.close();
+}
+
 int serve(const Args& a) {
   // Signals go to one thread that waits for them, so the handler is not
   // limited to async-signal-safe calls. Blocked before any thread starts.
@@ -145,47 +194,9 @@ int serve(const Args& a) {
   so.stream_keepalive = duration(a.stream_keepalive, "stream-keepalive");
   const Millis shutdown_timeout = duration(a.shutdown_timeout, "shutdown-timeout");
 
-  Registry registry(opts, model_specs(a));
-  server::Server http(so, registry);
-  const int port = http.bind();
-  std::thread server_thread([&] { http.run(); });
-  // Whatever fails from here on, the HTTP side stops before its thread is
-  // destroyed (a joinable std::thread would end the process).
-  Defer stop_http([&] {
-    http.stop();
-    server_thread.join();
-  });
-  // The HTTP side starts its worker threads when it starts listening.
-  while (!http.running()) std::this_thread::yield();
-  // The server's own threads took stacks from the cache that start-up
-  // filled; fill it again so that a model's workers find stacks there.
-  warm_thread_stack_cache();
-  release_free_heap();
-  http.set_baseline(Usage::capture());
-  // After the baseline, which a vetting child's pipes would be in. The first
-  // request for a model then finds its file's verdict ready.
-  registry.vet_in_background();
-  for (const std::string& name : a.preload) {
-    try {
-      registry.load(name);
-    } catch (const std::exception& e) {
-      throw Error("--preload " + name + ": " + e.what());
-    }
-  }
-  std::printf("reclaim: listening on http://%s:%d (%zu models)\n", a.host.c_str(), port, registry.list().size());
-  std::fflush(stdout);
-
-  int sig = 0;
-  sigwait(&stop_signals, &sig);
-  std::fprintf(stderr, "reclaim: %s: stopping; requests in flight have %lld ms to finish\n", sig == SIGINT ? "SIGINT" : "SIGTERM",
-               static_cast<long long>(shutdown_timeout.count()));
-  // Requests end as their models unload (drained up to the timeout, then
-  // cancelled); the HTTP side returns once their handlers have.
-  std::thread stopper([&] { http.stop(); });
-  registry.unload_all(UnloadMode::drain, shutdown_timeout);
-  stopper.join();
-  std::move(stop_http).cancel();
-  server_thread.join();
+  serve_until_stopped(std::move(opts), model_specs(a), so, a.preload, stop_signals, shutdown_timeout);
+  // Read once everything with threads or models is gone: the HTTP threads,
+  // the reaper and the vetter are on the ledger while they live.
   const LedgerTotals left = Ledger::process().totals();
   std::fprintf(stderr, "reclaim: stopped; ledger: %llu entries, %s\n", static_cast<unsigned long long>(left.count),
                format_bytes(static_cast<int64_t>(left.bytes)).c_str());

@@ -12,6 +12,7 @@ std::string_view kind_name(Kind kind) {
     case Kind::mmap: return "mmap";
     case Kind::fd: return "fd";
     case Kind::thread: return "thread";
+    case Kind::process: return "process";
     case Kind::device_buffer: return "device_buffer";
     case Kind::other: return "other";
   }

@@ -16,13 +16,14 @@ enum class Kind {
   mmap,
   fd,
   thread,
+  process,  // a child process, from its start until it is reaped
   device_buffer,
   other,
 };
 
 inline constexpr Kind kAllKinds[] = {Kind::model,  Kind::context, Kind::batch,  Kind::sampler,
                                      Kind::buffer, Kind::mmap,    Kind::fd,     Kind::thread,
-                                     Kind::device_buffer, Kind::other};
+                                     Kind::process, Kind::device_buffer, Kind::other};
 
 std::string_view kind_name(Kind kind);
 std::optional<Kind> kind_from_name(std::string_view name);

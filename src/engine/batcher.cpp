@@ -42,6 +42,7 @@ struct Batcher::Job {
   // Under Batcher::mu_.
   std::condition_variable cv;
   std::string out;       // text not yet taken by the caller
+  int32_t generated = 0; // tokens so far
   bool done = false;
   std::exception_ptr error;
 
@@ -68,17 +69,17 @@ Batcher::Batcher(Model& model, const BatcherOptions& o)
   stepped_.reserve(static_cast<size_t>(n_seq_));
   Scope::Slot slot = scope_.reserve(Kind::thread, "batch decode thread");
   thread_.start([this] { loop(); });
-  // Registered after the context, so it runs first: the thread is joined
-  // before the context it decodes on is freed.
-  slot.arm(0, [this] { stop(); });
+  // The thread's one release site. Armed after the context, so it runs
+  // first: the thread is joined before the context it decodes on is freed.
+  // An unload reaches it by closing the model's scope, which closes this one.
+  thread_cleanup_ = slot.arm(0, [this] { stop_thread(); });
 }
 
-Batcher::~Batcher() {
-  stop();
-  scope_.close();
-}
+Batcher::~Batcher() { scope_.close(); }
 
-void Batcher::stop() noexcept {
+void Batcher::stop() noexcept { scope_.release(thread_cleanup_); }
+
+void Batcher::stop_thread() noexcept {
   {
     std::lock_guard lock(mu_);
     stopping_ = true;
@@ -136,11 +137,13 @@ GenerateResult Batcher::generate(const GenerateRequest& req, const GenerateHooks
   work_cv_.notify_one();
 
   std::string text;
+  int32_t seen = 0;  // tokens the hooks were told of
   for (;;) {
     bool done;
+    int32_t generated;
     {
       std::unique_lock lock(mu_);
-      auto ready = [&] { return job.done || !job.out.empty(); };
+      auto ready = [&] { return job.done || !job.out.empty() || (hooks.on_tokens && job.generated != seen); };
       if (hooks.tick) {
         job.cv.wait_for(lock, kTickInterval, ready);
       } else {
@@ -148,11 +151,16 @@ GenerateResult Batcher::generate(const GenerateRequest& req, const GenerateHooks
       }
       text.swap(job.out);
       done = job.done;
+      generated = job.generated;
     }
     if (!text.empty()) {
       if (hooks.on_text) hooks.on_text(text);
       r.text += text;
       text.clear();
+    }
+    if (generated != seen) {
+      seen = generated;
+      if (hooks.on_tokens) hooks.on_tokens(generated);
     }
     if (done) break;
     if (hooks.tick) hooks.tick();
@@ -347,9 +355,10 @@ bool Batcher::step() {
       const llama_token t = j->gen->sample(ctx_.get(), j->row);
       std::string text;
       const bool end = j->gen->accept(t, j->n_past, n_ctx_seq_, text);
-      if (!text.empty()) {
+      {
         std::lock_guard lock(mu_);
         j->out += text;
+        j->generated = static_cast<int32_t>(j->result->tokens.size());
         j->cv.notify_one();
       }
       if (end) {

@@ -63,8 +63,9 @@ class Batcher {
   GenerateResult generate(const GenerateRequest& request, const GenerateHooks& hooks = {},
                           const CancelToken* cancel = nullptr);
 
-  // Cancels every request and joins the decode thread; later requests fail.
-  // The context stays until the scope closes. Idempotent.
+  // Cancels every request and joins the decode thread, now rather than when
+  // the scope closes (it runs the scope's cleanup for the thread); later
+  // requests fail. The context stays until the scope closes. Idempotent.
   void stop() noexcept;
 
   int32_t n_seq() const { return n_seq_; }
@@ -85,6 +86,7 @@ class Batcher {
   void admit_locked();
   void retire(Job& job, bool cancelled) noexcept;
   void retire_and_wait(Job& job) noexcept;
+  void stop_thread() noexcept;
   static bool abort_poll(void* data);
 
   Model& model_;
@@ -108,6 +110,7 @@ class Batcher {
   std::vector<Job*> stepped_;  // the last step's jobs, swapped with in_batch_
   std::atomic<uint64_t> steps_{0}, tokens_{0};
   StackThread thread_;  // its stack goes with it (core/stack_thread.h)
+  CleanupId thread_cleanup_ = 0;
 };
 
 }  // namespace reclaim

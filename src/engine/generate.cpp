@@ -141,8 +141,10 @@ GenerateResult generate(Session& s, const GenerateRequest& req, const GenerateHo
 
   for (int32_t pos = n_prompt;; ++pos) {
     if (cancelled()) break;
+    const size_t before = r.tokens.size();
     const bool end = gen.accept(gen.sample(s.context(), -1), pos, s.n_ctx(), text);
     emit();
+    if (hooks.on_tokens && r.tokens.size() != before) hooks.on_tokens(static_cast<int32_t>(r.tokens.size()));
     if (end) break;
     if (hooks.before_decode) hooks.before_decode(step, false);
     if (hooks.tick) hooks.tick();

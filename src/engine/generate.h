@@ -55,6 +55,10 @@ struct GenerateResult {
 
 struct GenerateHooks {
   std::function<void(std::string_view)> on_text;  // each piece of text as it becomes safe to emit
+  // Called on the request's own thread once new tokens were generated, with
+  // how many there are so far, whether or not they made text (a model with
+  // no tokenizer makes none).
+  std::function<void(int32_t generated)> on_tokens;
   // Called before each llama_decode: `step` counts decodes from 0; `prompt`
   // is true while the prompt is being decoded. For tests and the audit.
   std::function<void(int step, bool prompt)> before_decode;

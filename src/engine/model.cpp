@@ -44,9 +44,9 @@ Batcher& Model::start_batcher(const BatcherOptions& options) {
 
 void Model::unload() noexcept {
   if (!scope_) return;
-  // Its requests end (cancelled) and its thread is joined before their
-  // scopes and its context are closed with the model's.
-  if (batcher_) batcher_->stop();
+  // The batch's scope is a child of the model's: its requests end
+  // (cancelled), then its thread is joined, then its context freed, all by
+  // that scope's own cleanups.
   scope_->close();
   model_ = {};
   pool_ = {};

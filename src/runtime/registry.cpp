@@ -59,10 +59,20 @@ Registry::Registry(RegistryOptions options, std::vector<ModelSpec> models)
     }
     entries_.emplace_back(std::move(m));
   }
+  Scope::Slot slot = scope_.reserve(Kind::thread, "keep-alive reaper");
   reaper_ = std::thread([this] { reaper(); });
+  // The reaper's one release site; if the arm fails, it runs at once.
+  reaper_cleanup_ = slot.arm(0, [this] { stop_reaper(); });
 }
 
 Registry::~Registry() {
+  // Before the unloads: the reaper would start its own.
+  scope_.release(reaper_cleanup_);
+  unload_all(UnloadMode::cancel, Millis(0));
+  scope_.close();
+}
+
+void Registry::stop_reaper() noexcept {
   {
     std::lock_guard lock(mu_);
     stopping_ = true;
@@ -70,8 +80,6 @@ Registry::~Registry() {
   reaper_cv_.notify_all();
   cv_.notify_all();
   reaper_.join();
-  unload_all(UnloadMode::cancel, Millis(0));
-  scope_.close();
 }
 
 Registry::Entry& Registry::find_locked(const std::string& name) {

@@ -232,6 +232,7 @@ class Registry {
   void finish_unload_locked(std::unique_lock<std::mutex>& lock, Entry& e);
   void release_lease(Lease& lease) noexcept;
   void reaper();
+  void stop_reaper() noexcept;
 
   RegistryOptions options_;
   Scope scope_;
@@ -244,6 +245,7 @@ class Registry {
   SchedulerStats sched_;
   bool stopping_ = false;
   std::thread reaper_;
+  CleanupId reaper_cleanup_ = 0;
 };
 
 // A request's hold on a loaded model. Movable; the model stays loaded while

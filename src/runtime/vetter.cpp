@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "core/child.h"
+#include "core/defer.h"
 #include "core/file_identity.h"
 #include "core/ledger.h"
 
@@ -63,14 +64,26 @@ VetReport verdict_or_throw(const VetReport& r) {
 
 }  // namespace
 
-Vetter::Vetter(VetterOptions options) : options_(std::move(options)) {
+Vetter::Vetter(VetterOptions options) : options_(std::move(options)), scope_("vetter") {
   if (options_.program.empty()) throw Error("the vetter needs a program to run");
+  Scope::Slot pipe = scope_.reserve(Kind::fd, "stop pipe");
   if (::pipe2(stop_pipe_, O_CLOEXEC) != 0) throw Error("cannot make the vetter's stop pipe");
+  pipe.arm(0, [this] {
+    ::close(stop_pipe_[0]);
+    ::close(stop_pipe_[1]);
+  });
   // Started now, idle until asked, so that a server's baseline has it.
+  // Its cleanup, armed after the pipe's, runs before it: the thread may be
+  // waiting on a child that the pipe stops.
+  Scope::Slot thread = scope_.reserve(Kind::thread, "vetting thread");
   thread_ = std::thread([this] { background(); });
+  thread.arm(0, [this] { stop_thread(); });
 }
 
-Vetter::~Vetter() {
+// vet() callers are the owner's; it has stopped them before this.
+Vetter::~Vetter() { scope_.close(); }
+
+void Vetter::stop_thread() noexcept {
   {
     std::lock_guard lock(mu_);
     stopping_ = true;
@@ -78,9 +91,6 @@ Vetter::~Vetter() {
   cv_.notify_all();
   (void)!::write(stop_pipe_[1], "x", 1);
   thread_.join();
-  // vet() callers are the owner's; it has stopped them before this.
-  ::close(stop_pipe_[0]);
-  ::close(stop_pipe_[1]);
 }
 
 std::vector<std::string> Vetter::this_program() { return {self_exe(), kVetArg}; }
@@ -171,7 +181,12 @@ VetReport Vetter::run_child_for(const VetRequest& q) {
   // child's stdout); the verdict needs only the assert's own line.
   co.env_add = {"GGML_NO_BACKTRACE=1"};
   const auto t0 = std::chrono::steady_clock::now();
+  // On the ledger while it runs. run_child reaps it before it returns,
+  // however it ended, so the entry's release has nothing left to do.
+  const CleanupId child = scope_.add(Kind::process, "vetting child: " + q.path, 0, [] {});
+  Defer off([&] { scope_.release(child); });
   const ChildResult c = run_child(co);
+  std::move(off).invoke();
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   std::optional<VetReport> r = report_in(c.out);
   if ((r && !r->ok && out_of_memory(r->error)) || (!r && c.signal != 0 && out_of_memory(c.err))) {

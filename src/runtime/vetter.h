@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/scope.h"
 #include "engine/gguf_check.h"
 #include "engine/vet.h"
 
@@ -76,8 +77,10 @@ class Vetter {
   VetReport vet_impl(const VetRequest& request, bool background);
   VetReport run_child_for(const VetRequest& request);
   void background();
+  void stop_thread() noexcept;
 
   VetterOptions options_;
+  Scope scope_;  // the thread, its stop pipe and the child while it runs
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
   std::map<std::string, Verdict> verdicts_;

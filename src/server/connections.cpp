@@ -22,10 +22,16 @@ thread_local Current t_current;
 
 }  // namespace
 
-Connections::Connections(std::chrono::milliseconds read_timeout)
-    : read_timeout_(read_timeout), watchdog_([this] { watch(); }) {}
+Connections::Connections(Scope& parent, std::chrono::milliseconds read_timeout)
+    : read_timeout_(read_timeout), scope_(parent, "connections") {
+  Scope::Slot slot = scope_.reserve(Kind::thread, "read-timeout watchdog");
+  watchdog_ = std::thread([this] { watch(); });
+  slot.arm(0, [this] { stop_watchdog(); });
+}
 
-Connections::~Connections() {
+Connections::~Connections() { scope_.close(); }
+
+void Connections::stop_watchdog() noexcept {
   {
     std::lock_guard lock(mu_);
     stopping_ = true;

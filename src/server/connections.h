@@ -22,12 +22,15 @@
 #include <mutex>
 #include <thread>
 
+#include "core/scope.h"
+
 namespace reclaim::server {
 
 class Connections {
  public:
   using Clock = std::chrono::steady_clock;
-  explicit Connections(std::chrono::milliseconds read_timeout);
+  // The watchdog thread is on the ledger in a scope "connections" under `parent`.
+  Connections(Scope& parent, std::chrono::milliseconds read_timeout);
   ~Connections();
   Connections(const Connections&) = delete;
   Connections& operator=(const Connections&) = delete;
@@ -59,6 +62,7 @@ class Connections {
     Clock::time_point deadline = Clock::time_point::max();  // max: being answered
   };
   void watch();
+  void stop_watchdog() noexcept;
   void set_deadline(Conn& c, Clock::time_point deadline);
 
   const std::chrono::milliseconds read_timeout_;
@@ -67,6 +71,7 @@ class Connections {
   std::list<Conn> conns_;
   uint64_t cut_ = 0;
   bool stopping_ = false;
+  Scope scope_;
   std::thread watchdog_;
 };
 

@@ -49,8 +49,8 @@ Server::Server(ServerOptions options, Registry& registry)
   // The threads that stay start here, not when listening starts, so that
   // they are in the baseline that residues are counted from. httplib deletes
   // the queue it is given when it stops; it gets a forwarder to this pool.
-  connections_ = std::make_unique<Connections>(options_.read_timeout);
-  pool_ = std::make_unique<WorkerPool>(static_cast<size_t>(options_.http_threads),
+  connections_ = std::make_unique<Connections>(scope_, options_.read_timeout);
+  pool_ = std::make_unique<WorkerPool>(scope_, static_cast<size_t>(options_.http_threads),
                                        static_cast<size_t>(std::max(options_.max_connections, options_.http_threads)));
   struct Forward : httplib::TaskQueue {
     explicit Forward(Server& s) : server(s) {}

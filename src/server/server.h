@@ -79,6 +79,7 @@ class Server {
   RequestStats stats_;
   std::mutex baseline_mu_;
   Usage baseline_;
+  Scope scope_{"http"};  // its threads' (before the members that own them)
   std::unique_ptr<Connections> connections_;
   std::unique_ptr<WorkerPool> pool_;
   std::atomic<bool> pool_shut_{false};

@@ -8,20 +8,34 @@
 
 namespace reclaim::server {
 
-WorkerPool::WorkerPool(size_t base, size_t max, size_t stack_bytes)
-    : base_(std::max<size_t>(1, base)), max_(std::max(max, std::max<size_t>(1, base))), stack_bytes_(stack_bytes) {
+WorkerPool::WorkerPool(Scope& parent, size_t base, size_t max, size_t stack_bytes)
+    : base_(std::max<size_t>(1, base)), max_(std::max(max, std::max<size_t>(1, base))), stack_bytes_(stack_bytes),
+      scope_(parent, "workers") {
   std::unique_lock lock(mu_);
   for (size_t i = 0; i < base_; ++i) start_locked(true);
 }
 
-WorkerPool::~WorkerPool() { shutdown(); }
+WorkerPool::~WorkerPool() {
+  shutdown();
+  scope_.close();
+}
 
 void WorkerPool::start_locked(bool stays) {
+  Scope::Slot slot = scope_.reserve(Kind::thread, stays ? "http thread" : "http thread for a burst");
   Worker& w = workers_.emplace_back();
   w.stays = stays;
   try {
+    // Armed before the thread starts, so that an arm that fails (and runs
+    // the release at once) has no thread to wait for.
+    w.cleanup = slot.arm(0, [t = &w.thread] { t->join(); });
+  } catch (...) {
+    workers_.pop_back();
+    throw Error("cannot start an HTTP thread: out of memory for its ledger entry");
+  }
+  try {
     w.thread.start([this, &w] { loop(w); }, stack_bytes_);
   } catch (const Error&) {
+    scope_.release(w.cleanup);
     workers_.pop_back();
     throw Error("cannot start an HTTP thread");
   }
@@ -52,11 +66,10 @@ void WorkerPool::loop(Worker& w) {
     if (shutdown_ || !w.stays) break;
     cv_.wait(lock, [&] { return shutdown_ || !jobs_.empty() || !finished_.empty(); });
   }
-  // Handed over to be joined: `w` is an element of workers_, moved out here.
+  // Handed over to be joined: `w` is an element of workers_, spliced out here.
   for (auto it = workers_.begin(); it != workers_.end(); ++it) {
     if (&*it == &w) {
-      finished_.push_back(std::move(*it));
-      workers_.erase(it);
+      finished_.splice(finished_.end(), workers_, it);
       break;
     }
   }
@@ -65,11 +78,11 @@ void WorkerPool::loop(Worker& w) {
 
 void WorkerPool::join_locked(std::unique_lock<std::mutex>& lock) {
   while (!finished_.empty()) {
-    Worker w = std::move(finished_.back());
-    finished_.pop_back();
+    std::list<Worker> one;
+    one.splice(one.end(), finished_, finished_.begin());
     ++joining_;
     lock.unlock();
-    w.thread.join();
+    scope_.release(one.front().cleanup);  // joins it and unmaps its stack
     lock.lock();
     --joining_;
     settled_cv_.notify_all();

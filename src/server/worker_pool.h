@@ -11,7 +11,8 @@
 //
 // Each thread runs on a stack of its own (core/stack_thread.h), which glibc
 // does not keep after a burst. A thread is born in start_locked() and
-// released in join_locked().
+// released (joined, its stack unmapped) by its cleanup in the pool's scope,
+// which join_locked() runs: every thread is on the ledger while it lives.
 #pragma once
 
 #include <chrono>
@@ -23,13 +24,15 @@
 #include <mutex>
 #include <vector>
 
+#include "core/scope.h"
 #include "core/stack_thread.h"
 
 namespace reclaim::server {
 
 class WorkerPool {
  public:
-  WorkerPool(size_t base, size_t max, size_t stack_bytes = size_t{8} << 20);
+  // The threads are on the ledger in a scope "workers" under `parent`.
+  WorkerPool(Scope& parent, size_t base, size_t max, size_t stack_bytes = size_t{8} << 20);
   ~WorkerPool();  // shutdown()
   WorkerPool(const WorkerPool&) = delete;
   WorkerPool& operator=(const WorkerPool&) = delete;
@@ -53,18 +56,22 @@ class WorkerPool {
   struct Worker {
     StackThread thread;
     bool stays = false;  // one of the `base` threads
+    CleanupId cleanup = 0;
   };
   void loop(Worker& w);
   void start_locked(bool stays);
   void join_locked(std::unique_lock<std::mutex>& lock);
 
   const size_t base_, max_, stack_bytes_;
+  Scope scope_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::condition_variable settled_cv_;  // busy_ or joining_ went down
   std::deque<std::function<void()>> jobs_;
+  // Lists, so that a worker keeps its address (its cleanup and its thread's
+  // body point to it) when it is spliced from one to the other.
   std::list<Worker> workers_;      // running
-  std::vector<Worker> finished_;   // returned from loop(), to be joined
+  std::list<Worker> finished_;     // returned from loop(), to be joined
   size_t busy_ = 0, peak_ = 0;
   size_t joining_ = 0;             // taken from finished_, not yet joined and unmapped
   bool shutdown_ = false;

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "arch_models.h"
 #include "cli_support.h"
 #include "temp_path.h"
 
@@ -65,6 +66,35 @@ TEST(Audit, AllScenariosMeetTheThresholdsOnSpm) {
 
 TEST(Audit, AllScenariosMeetTheThresholdsOnBpe) {
   expect_clean(audit_json("-m " + bpe() + " --scenario all --cycles 4", 0));
+}
+
+// The architectures users run (arch_models.h), driven with token ids: every
+// scenario, the serve path's included, on each kind of memory.
+class AuditArch : public ::testing::TestWithParam<reclaim::testing::Arch> {};
+
+TEST_P(AuditArch, AllScenariosMeetTheThresholds) {
+  // One decode thread: ctest runs two tests at once on CI's two cores, and
+  // two processes whose ggml workers spin for all cores took 2 min 22 s
+  // for what one alone did in 1.6 s (`reclaim audit -m qwen3-dense.gguf
+  // --scenario all --cycles 3`, twice at once).
+  nlohmann::json j = audit_json(
+      "-m " + reclaim::testing::arch_model(GetParam().file) + " --scenario all --cycles 3 --threads 1", 0);
+  expect_clean(j);
+  EXPECT_EQ(j["scenarios"].size(), 11u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, AuditArch, ::testing::ValuesIn(reclaim::testing::archs()), reclaim::testing::arch_name);
+
+TEST(Audit, RecurrentStateOnTheServePathLeavesWhatRawLlamaLeaves) {
+  // Side by side with plain llama.cpp doing the same work: one context with
+  // a sequence a request, on recurrent (mamba2) and hybrid (lfm2) memory.
+  for (const char* file : {"mamba2-dense", "lfm2-dense"}) {
+    nlohmann::json j = audit_json("-m " + reclaim::testing::arch_model(file) +
+                                      " --scenario serve,serve-cancel,serve-unload-cancel --cycles 3 --compare-raw --threads 1",
+                                  0);
+    expect_clean(j);
+    for (const auto& s : j["scenarios"]) EXPECT_TRUE(s.contains("raw")) << file << " " << s["scenario"];
+  }
 }
 
 TEST(Audit, LoadModesMeetTheThresholds) {

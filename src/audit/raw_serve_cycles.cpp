@@ -43,7 +43,10 @@ void load(Loaded& l, const CycleOptions& o, int which, int threads) {
   llama_context_params cp = llama_context_default_params();
   const int n_seq = std::max(1, o.parallel);
   cp.n_ctx = static_cast<uint32_t>(o.n_ctx * n_seq);
-  cp.n_batch = cp.n_ubatch = static_cast<uint32_t>(o.n_ctx);
+  // The group's prompts go in one llama_decode, which splits them into
+  // steps of the size reclaim's batch has.
+  cp.n_batch = static_cast<uint32_t>(o.n_ctx);
+  cp.n_ubatch = kServeStepTokens;
   cp.n_seq_max = static_cast<uint32_t>(n_seq);
   cp.kv_unified = false;
   cp.n_threads = cp.n_threads_batch = threads;

@@ -34,7 +34,7 @@ RegistryOptions serve_options(const CycleOptions& o, std::shared_ptr<Vetter> vet
   r.max_queue = std::max(o.requests, 1);
   r.drain_timeout = kUnloadTimeout;
   r.session.n_ctx = o.n_ctx;
-  r.session.n_batch = o.n_ctx;  // a prompt in one step, as the raw side does it
+  r.session.n_batch = kServeStepTokens;
   r.session.n_threads = o.n_threads;
   r.vetter = std::move(vetter);
   return r;

@@ -12,6 +12,14 @@
 namespace reclaim::audit {
 
 // How a request of the plan ends.
+// Tokens in one decode step, on both sides. Fewer than any audit prompt
+// has, so that every cycle's first step, one prompt alone, is as large as
+// any step after it: ggml's CPU backend keeps a work buffer as large as the
+// largest step so far, and a later step that put two prompts together would
+// grow it, which the audit would count as a request's growth (it did, by
+// 292 KiB on llama.cpp's llama test model, in serve-vanish).
+inline constexpr int kServeStepTokens = 16;
+
 enum class RequestEnd {
   run,     // to its length
   cancel,  // its caller cancels it: in the prompt or at a generation step (plan)

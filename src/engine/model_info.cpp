@@ -48,6 +48,15 @@ ModelInfo model_info(const llama_model* model, const std::string& path) {
   i.n_layer = llama_model_n_layer(model);
   i.n_embd = llama_model_n_embd(model);
   i.n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(model));
+  i.n_swa = llama_model_n_swa(model);
+  if (llama_model_is_hybrid(model)) {
+    i.memory = "hybrid";
+  } else if (llama_model_is_recurrent(model)) {
+    i.memory = "recurrent";
+  } else {
+    i.memory = i.n_swa > 0 ? "kv+sliding-window" : "kv";
+  }
+  i.can_cut_sequences = i.memory == "kv" || i.memory == "kv+sliding-window";
   return i;
 }
 

@@ -24,6 +24,16 @@ struct ModelInfo {
   uint64_t file_bytes = 0;
   std::string load_mode;  // set when loaded by Model
   int32_t n_ctx_train = 0, n_layer = 0, n_embd = 0, n_vocab = 0;
+  // What a context keeps of a sequence: "kv" (a cell a position),
+  // "kv+sliding-window" (some layers keep only the last n_swa positions),
+  // "recurrent" (one state a sequence), "hybrid" (kv and recurrent layers).
+  std::string memory;
+  int32_t n_swa = 0;
+  // Whether a sequence can be cut back to a prefix of itself and decoding go
+  // on from there (what a prompt cache does with a shared prefix). Not with
+  // recurrent state: llama.cpp keeps one state a sequence, not one a
+  // position, so only the whole of a sequence can be reused or removed.
+  bool can_cut_sequences = true;
 };
 
 // Host memory (RAM) and accelerator memory, per part.

@@ -1,0 +1,160 @@
+// The batch and its releases on the architectures users run (arch_models.h):
+// a plain KV cache, a sliding window, experts, and recurrent state, alone or
+// beside attention. Each sequence's memory must be whole while its request
+// runs and gone when it ends, whatever kind of memory it is.
+#include <gtest/gtest.h>
+
+#include <future>
+#include <thread>
+
+#include "arch_models.h"
+#include "core/ledger.h"
+#include "engine/batcher.h"
+#include "engine/model.h"
+#include "engine/session.h"
+#include "small_models.h"
+
+using namespace reclaim;
+using reclaim::testing::Arch;
+using reclaim::testing::arch_model;
+using reclaim::testing::small_session;
+
+namespace {
+
+class ArchBatch : public ::testing::TestWithParam<Arch> {
+ protected:
+  ModelLoad load() const {
+    ModelLoad l;
+    l.path = arch_model(GetParam().file);
+    return l;
+  }
+};
+
+// A prompt of token ids: these models have no tokenizer.
+GenerateRequest ids(int first, int n, int max_tokens) {
+  GenerateRequest r;
+  for (int i = 0; i < n; ++i) r.prompt_tokens.push_back(static_cast<llama_token>((first + i * 7) % 128));
+  r.max_tokens = max_tokens;
+  r.sampling.temperature = 0;
+  return r;
+}
+
+std::vector<GenerateRequest> three() { return {ids(3, 20, 16), ids(40, 9, 16), ids(77, 31, 16)}; }
+
+GenerateResult alone(Model& model, const GenerateRequest& r) {
+  Session s(model, small_session());
+  return generate(s, r);
+}
+
+size_t request_entries() {
+  size_t n = 0;
+  for (const LedgerEntry& e : Ledger::process().entries()) n += e.owner.find("/request:") != std::string::npos;
+  return n;
+}
+
+bool sequence_empty(Batcher& b, int32_t seq) {
+  return llama_memory_seq_pos_max(llama_get_memory(b.context()), seq) == -1;
+}
+
+}  // namespace
+
+TEST_P(ArchBatch, RequestsDecodedTogetherGetTheTokensEachGetsAlone) {
+  Model model(load());
+  ASSERT_FALSE(has_tokenizer(model.vocab()));
+  const std::vector<GenerateRequest> reqs = three();
+  std::vector<GenerateResult> want;
+  for (const GenerateRequest& r : reqs) want.push_back(alone(model, r));
+
+  Batcher& b = model.start_batcher({3, small_session()});
+  std::vector<std::future<GenerateResult>> got;
+  {
+    // The decode thread waits at its first decode until all three are in.
+    std::lock_guard hold(model.decode_mutex());
+    for (const GenerateRequest& r : reqs) got.push_back(std::async(std::launch::async, [&b, &r] { return b.generate(r); }));
+    while (b.active() + b.waiting() < reqs.size()) std::this_thread::yield();
+  }
+  size_t generated = 0;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    const GenerateResult r = got[i].get();
+    EXPECT_EQ(r.tokens, want[i].tokens) << "request " << i;
+    EXPECT_EQ(r.tokens.size(), 16u) << "request " << i;  // no end token: the model has no vocabulary
+    EXPECT_TRUE(r.text.empty());
+    generated += r.tokens.size();
+  }
+  EXPECT_LT(b.steps(), generated) << "the requests did not decode together";
+  for (int32_t s = 0; s < b.n_seq(); ++s) EXPECT_TRUE(sequence_empty(b, s)) << "sequence " << s;
+  EXPECT_EQ(request_entries(), 0u);
+}
+
+// A request cancelled mid-generation leaves its sequence empty; the next
+// request given that sequence starts from nothing of it. For recurrent state
+// this is the whole-sequence removal, the one kind llama.cpp's recurrent
+// memory always accepts (a partial removal may be refused: it keeps one
+// state per sequence, not one per position).
+TEST_P(ArchBatch, ACancelledRequestsSequenceIsEmptyAndTheNextOneThereStartsClean) {
+  Model model(load());
+  const GenerateRequest first = ids(5, 24, 40), next = ids(61, 12, 16);
+  const GenerateResult next_alone = alone(model, next);
+  CancelToken cancel;
+  // Cancelled from the decode thread, at its sixth step (the prompt's and
+  // five tokens'): a request's own thread may be woken only after a small
+  // model has generated all it was asked for.
+  int steps = 0;
+  BatcherOptions bo{1, small_session()};
+  bo.decode = [&](llama_context* ctx, llama_batch batch) {
+    if (++steps == 6) cancel.cancel(CancelReason::client_gone);
+    return llama_decode(ctx, batch);
+  };
+  Batcher& b = model.start_batcher(bo);
+  const GenerateResult c = b.generate(first, {}, &cancel);
+  EXPECT_EQ(c.finish, FinishReason::cancelled);
+  EXPECT_EQ(c.tokens.size(), 5u);
+  EXPECT_TRUE(sequence_empty(b, 0));
+  const GenerateResult n = b.generate(next);
+  EXPECT_EQ(n.tokens, next_alone.tokens);
+  EXPECT_TRUE(sequence_empty(b, 0));
+  EXPECT_EQ(request_entries(), 0u);
+}
+
+TEST_P(ArchBatch, UnloadingInTheMiddleOfRequestsLeavesNothingOnTheLedger) {
+  const uint64_t before = Ledger::process().totals().count;
+  auto model = std::make_unique<Model>(load());
+  Batcher& b = model->start_batcher({2, small_session()});
+  std::promise<void> started;
+  std::atomic<bool> once{false};
+  GenerateHooks h;
+  h.on_tokens = [&](int32_t) {
+    if (!once.exchange(true)) started.set_value();
+  };
+  auto running = std::async(std::launch::async, [&] { return b.generate(ids(9, 16, -1), h); });
+  started.get_future().wait();
+  b.stop();  // as an unload in cancel mode does, before the model goes
+  EXPECT_EQ(running.get().finish, FinishReason::cancelled);
+  model->unload();
+  EXPECT_EQ(Ledger::process().totals().count, before);
+}
+
+// What the model says of its memory is what its context does: a sequence of
+// a kv model can be cut back to a prefix; one with recurrent state cannot
+// (llama.cpp refuses), and the model says so before anyone tries.
+TEST_P(ArchBatch, ItsMemoryIsWhatItSaysAndOnlyKvSequencesCanBeCut) {
+  Model model(load());
+  const std::string kind = GetParam().kind;
+  const ModelInfo& info = model.info();
+  if (kind == "recurrent" || kind == "hybrid") {
+    EXPECT_EQ(info.memory, kind);
+    EXPECT_FALSE(info.can_cut_sequences);
+  } else {
+    EXPECT_EQ(info.memory, kind == "sliding-window kv" ? "kv+sliding-window" : "kv");
+    EXPECT_TRUE(info.can_cut_sequences);
+  }
+  Session s(model, small_session());
+  GenerateRequest r = ids(11, 20, 1);
+  (void)generate(s, r);  // 20 positions in sequence 0, and one more token sampled
+  llama_memory_t mem = llama_get_memory(s.context());
+  EXPECT_EQ(llama_memory_seq_rm(mem, 0, 10, -1), info.can_cut_sequences);
+  EXPECT_TRUE(llama_memory_seq_rm(mem, 0, -1, -1));  // the whole of it: always
+  EXPECT_EQ(llama_memory_seq_pos_max(mem, 0), -1);
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, ArchBatch, ::testing::ValuesIn(reclaim::testing::archs()), reclaim::testing::arch_name);

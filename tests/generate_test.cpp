@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
 #include <thread>
 
 #include "core/ledger.h"
@@ -315,4 +316,27 @@ TEST(Chat, TheModelsOwnTemplateOrANamedOneOrAClearError) {
   }
   EXPECT_NE(apply_chat_template(spm, msgs, "llama2").find("[INST]"), std::string::npos);
   EXPECT_THROW(apply_chat_template(spm, msgs, "no-such-template"), Error);
+}
+
+// argmax stands in for llama.cpp's greedy sampler: the same token, the first
+// of equal maxima, whatever the length (lanes and the tail) and ties.
+TEST(Argmax, PicksWhatLlamaCppsGreedySamplerPicks) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> d;
+  llama_sampler* greedy = llama_sampler_init_greedy();
+  for (int32_t n : {1, 2, 15, 16, 17, 33, 1000, 151936}) {
+    for (int round = 0; round < 4; ++round) {
+      std::vector<float> logits(static_cast<size_t>(n));
+      for (float& x : logits) x = d(rng);
+      if (round == 1 && n > 3) logits[static_cast<size_t>(n) / 3] = logits[static_cast<size_t>(n) - 1] = 50.0f;  // a tie
+      if (round == 2) std::fill(logits.begin(), logits.end(), 1.0f);  // all equal
+      if (round == 3 && n > 20) logits[17] = logits[20] = logits[3] = 60.0f;  // a tie in other lanes
+      std::vector<llama_token_data> cands;
+      for (int32_t i = 0; i < n; ++i) cands.push_back({i, logits[static_cast<size_t>(i)], 0.0f});
+      llama_token_data_array arr{cands.data(), cands.size(), -1, false};
+      llama_sampler_apply(greedy, &arr);
+      EXPECT_EQ(argmax(logits.data(), n), cands[static_cast<size_t>(arr.selected)].id) << "n=" << n << " round " << round;
+    }
+  }
+  llama_sampler_free(greedy);
 }

@@ -38,11 +38,7 @@ llama_token Generation::sample(llama_context* ctx, int32_t row) {
   if (sampler_) return llama_sampler_sample(sampler_.get(), ctx, row);
   const float* logits = llama_get_logits_ith(ctx, row);
   if (!logits) throw Error("llama.cpp returned no logits for batch row " + std::to_string(row));
-  llama_token best = 0;
-  for (int32_t i = 1; i < n_vocab_; ++i) {
-    if (logits[i] > logits[best]) best = i;
-  }
-  return best;
+  return argmax(logits, n_vocab_);
 }
 
 bool Generation::accept(llama_token t, int32_t pos, int32_t n_ctx, std::string& text) {

@@ -36,4 +36,8 @@ uint32_t resolve_seed(const SamplingParams& p);
 // the resolved one.
 Owned<llama_sampler> new_sampler(Scope& scope, const llama_vocab* vocab, const SamplingParams& p, uint32_t seed);
 
+// The index of the largest of `n` logits, the first of equal maxima: the
+// token llama.cpp's greedy sampler picks, without its candidate array.
+llama_token argmax(const float* logits, int32_t n);
+
 }  // namespace reclaim

@@ -63,6 +63,13 @@ TEST(Model, TheEstimateMatchesWhatTheLoadAndTheContextTake) {
 
   Model m(load);
   EXPECT_EQ(e.model_host, static_cast<int64_t>(m.info().tensor_bytes));
+  // The model's ledger bytes are its tensors and the heap its load took, C
+  // malloc included; the simulated load's overhead is a measure of the same.
+  const auto load_heap = static_cast<double>(ledger_bytes(Kind::model) - m.info().tensor_bytes);
+  if (!reclaim::testing::sanitized()) {
+    EXPECT_NEAR(load_heap / static_cast<double>(e.model_overhead), 1.0, 0.1)
+        << "load heap on the ledger " << load_heap << ", estimated overhead " << e.model_overhead;
+  }
   SessionOptions so;
   so.n_ctx = 1024;
   so.n_batch = 256;

@@ -66,7 +66,8 @@ TEST(Owners, ModelContextBatchSamplerLiveOnTheLedgerUntilTheScopeCloses) {
     Owned<llama_sampler> chain = new_sampler_chain(request, "greedy");
     auto kinds = ledger.by_kind();
     EXPECT_EQ(kinds[Kind::model].count, 1u);
-    EXPECT_EQ(kinds[Kind::model].bytes, llama_model_size(model.get()));
+    // Its tensors and the heap its load took (the vocab at least).
+    EXPECT_GT(kinds[Kind::model].bytes, llama_model_size(model.get()));
     EXPECT_EQ(kinds[Kind::context].count, 1u);
     EXPECT_GT(kinds[Kind::context].bytes, 0u);
     EXPECT_EQ(kinds[Kind::thread].count, 1u);

@@ -108,8 +108,19 @@ std::atomic<int> g_mapped_arenas{0};
 // Initial-exec: operator new reads it on every call.
 __attribute__((tls_model("initial-exec"))) thread_local int t_open = -1;
 
+}  // namespace
+}  // namespace reclaim
+
+// Defined by core/new_delete.cpp, the operator new that routes to the
+// windows: a program that does not link it (a library user with its own
+// allocator) gets no window mapped, since nothing would fill it.
+extern "C" __attribute__((weak)) const int reclaim_new_routes_to_arenas;
+
+namespace reclaim {
+namespace {
+
 bool enabled() {
-  static const bool on = env_switch_on("RECLAIM_LOAD_ARENA");
+  static const bool on = &reclaim_new_routes_to_arenas != nullptr && env_switch_on("RECLAIM_LOAD_ARENA");
   return on;
 }
 
@@ -389,39 +400,3 @@ void trim() noexcept {
 
 }  // namespace arena
 }  // namespace reclaim
-
-// The replaceable global operator new and delete ([new.delete]): only this
-// thread's open window changes where a block comes from; otherwise they do
-// what libstdc++'s do, with malloc.
-namespace {
-void* allocate_or_throw(std::size_t n) {
-  if (void* p = reclaim::arena::allocate(n)) return p;
-  for (;;) {
-    if (void* p = std::malloc(n ? n : 1)) return p;
-    std::new_handler h = std::get_new_handler();
-    if (!h) throw std::bad_alloc();
-    h();
-  }
-}
-void* allocate_or_null(std::size_t n) noexcept {
-  try {
-    return allocate_or_throw(n);
-  } catch (...) {
-    return nullptr;
-  }
-}
-void release(void* p) noexcept {
-  if (p && !reclaim::arena::deallocate(p)) std::free(p);
-}
-}  // namespace
-
-void* operator new(std::size_t n) { return allocate_or_throw(n); }
-void* operator new[](std::size_t n) { return allocate_or_throw(n); }
-void* operator new(std::size_t n, const std::nothrow_t&) noexcept { return allocate_or_null(n); }
-void* operator new[](std::size_t n, const std::nothrow_t&) noexcept { return allocate_or_null(n); }
-void operator delete(void* p) noexcept { release(p); }
-void operator delete[](void* p) noexcept { release(p); }
-void operator delete(void* p, std::size_t) noexcept { release(p); }
-void operator delete[](void* p, std::size_t) noexcept { release(p); }
-void operator delete(void* p, const std::nothrow_t&) noexcept { release(p); }
-void operator delete[](void* p, const std::nothrow_t&) noexcept { release(p); }

@@ -13,7 +13,9 @@
 
 extern char** environ;
 
-#if defined(__GLIBC__)
+#if defined(RECLAIM_JEMALLOC)
+#include <jemalloc/jemalloc.h>
+#elif defined(__GLIBC__)
 #include <malloc.h>
 #endif
 
@@ -46,6 +48,31 @@ std::atomic<int64_t> g_direct_mapped{0};
 
 void note_direct_mapping(int64_t delta) noexcept { g_direct_mapped.fetch_add(delta, std::memory_order_relaxed); }
 
+#if defined(RECLAIM_JEMALLOC)
+// jemalloc's own figures (core/arena_jemalloc.cpp): what it has mapped and
+// what is allocated, refreshed by advancing its epoch.
+HeapStats heap_stats() {
+  HeapStats s;
+  uint64_t epoch = 1;
+  size_t sz = sizeof epoch;
+  mallctl("epoch", &epoch, &sz, &epoch, sz);
+  size_t mapped = 0, allocated = 0;
+  sz = sizeof mapped;
+  mallctl("stats.mapped", &mapped, &sz, nullptr, 0);
+  mallctl("stats.allocated", &allocated, &sz, nullptr, 0);
+  const auto direct = static_cast<uint64_t>(std::max<int64_t>(0, g_direct_mapped.load(std::memory_order_relaxed)));
+  s.arena = direct + mapped;
+  s.in_use = direct + allocated;
+  s.free = mapped > allocated ? mapped - allocated : 0;
+  return s;
+}
+
+void release_free_heap() {
+  if (release_enabled()) arena::trim();
+}
+
+void reexec_with_heap_tunables(char**) {}  // malloc_conf is compiled in
+#else
 HeapStats heap_stats() {
   HeapStats s;
   const auto direct = static_cast<uint64_t>(std::max<int64_t>(0, g_direct_mapped.load(std::memory_order_relaxed)));
@@ -93,6 +120,8 @@ void reexec_with_heap_tunables(char** argv) {
   (void)argv;
 #endif
 }
+
+#endif
 
 std::vector<std::string> original_environment() {
   std::vector<std::string> env;

@@ -110,7 +110,13 @@ Owned<llama_model> load_model(Scope& scope, const ModelLoad& load) {
   std::vector<AddressRange> locked_before;
   if (locks) locked_before = locked_ranges();
   take_llama_errors();
+  // The heap the load takes (the vocab, the metadata: C malloc inside
+  // llama.cpp and ggml as well as C++ new) counts in the model's bytes with
+  // its tensors: measured around the load, as a context's are. Process-wide,
+  // so another thread's allocations at the same time count too.
+  const auto heap_before = static_cast<int64_t>(heap_stats().in_use);
   llama_model* model = load_in_arena(load.path, mp);
+  const int64_t load_heap = std::max<int64_t>(0, static_cast<int64_t>(heap_stats().in_use) - heap_before);
   if (!model) {
     std::string why = take_llama_errors();
     if (progress.aborted_at >= 0) {
@@ -128,7 +134,7 @@ Owned<llama_model> load_model(Scope& scope, const ModelLoad& load) {
     llama_model_free(model);
     throw;
   }
-  CleanupId id = slot.arm(llama_model_size(model), [model, model_locks = std::move(model_locks)] {
+  CleanupId id = slot.arm(llama_model_size(model) + static_cast<uint64_t>(load_heap), [model, model_locks = std::move(model_locks)] {
     llama_model_free(model);
     unlock_remains(model_locks);
   });

@@ -12,9 +12,12 @@
 #include "engine/batcher.h"
 #include "engine/model.h"
 #include "engine/session.h"
+#include "batch_checks.h"
 #include "small_models.h"
 
 using namespace reclaim;
+using reclaim::testing::request_entries;
+using reclaim::testing::sequence_empty;
 using reclaim::testing::Arch;
 using reclaim::testing::arch_model;
 using reclaim::testing::small_session;
@@ -44,16 +47,6 @@ std::vector<GenerateRequest> three() { return {ids(3, 20, 16), ids(40, 9, 16), i
 GenerateResult alone(Model& model, const GenerateRequest& r) {
   Session s(model, small_session());
   return generate(s, r);
-}
-
-size_t request_entries() {
-  size_t n = 0;
-  for (const LedgerEntry& e : Ledger::process().entries()) n += e.owner.find("/request:") != std::string::npos;
-  return n;
-}
-
-bool sequence_empty(Batcher& b, int32_t seq) {
-  return llama_memory_seq_pos_max(llama_get_memory(b.context()), seq) == -1;
 }
 
 }  // namespace

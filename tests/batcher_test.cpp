@@ -9,9 +9,12 @@
 
 #include "core/ledger.h"
 #include "engine/model.h"
+#include "batch_checks.h"
 #include "small_models.h"
 
 using namespace reclaim;
+using reclaim::testing::request_entries;
+using reclaim::testing::sequence_empty;
 using reclaim::testing::small_model;
 using reclaim::testing::small_session;
 
@@ -48,16 +51,6 @@ std::vector<GenerateResult> alone(Model& model, const std::vector<GenerateReques
     out.push_back(generate(s, r));
   }
   return out;
-}
-
-size_t request_entries() {
-  size_t n = 0;
-  for (const LedgerEntry& e : Ledger::process().entries()) n += e.owner.find("/request:") != std::string::npos;
-  return n;
-}
-
-bool sequence_empty(Batcher& b, int32_t seq) {
-  return llama_memory_seq_pos_max(llama_get_memory(b.context()), seq) == -1;
 }
 
 }  // namespace

@@ -3,11 +3,12 @@
 // tokenizer, 128 token ids, so tests drive them with ids.
 #pragma once
 
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <ostream>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
 namespace reclaim::testing {

@@ -4,20 +4,26 @@
 // runs and gone when it ends, whatever kind of memory it is.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <future>
+#include <limits>
 #include <thread>
 
 #include "arch_models.h"
 #include "core/ledger.h"
 #include "engine/batcher.h"
+#include "engine/gguf_check.h"
 #include "engine/model.h"
 #include "engine/session.h"
 #include "batch_checks.h"
+#include "gguf_corpus.h"
 #include "small_models.h"
 
 using namespace reclaim;
 using reclaim::testing::request_entries;
 using reclaim::testing::sequence_empty;
+using reclaim::testing::eventually;
+using reclaim::testing::ready_within;
 using reclaim::testing::Arch;
 using reclaim::testing::arch_model;
 using reclaim::testing::small_session;
@@ -64,7 +70,7 @@ TEST_P(ArchBatch, RequestsDecodedTogetherGetTheTokensEachGetsAlone) {
     // The decode thread waits at its first decode until all three are in.
     std::lock_guard hold(model.decode_mutex());
     for (const GenerateRequest& r : reqs) got.push_back(std::async(std::launch::async, [&b, &r] { return b.generate(r); }));
-    while (b.active() + b.waiting() < reqs.size()) std::this_thread::yield();
+    ASSERT_TRUE(eventually([&] { return b.active() + b.waiting() >= reqs.size(); }));
   }
   size_t generated = 0;
   for (size_t i = 0; i < reqs.size(); ++i) {
@@ -120,7 +126,7 @@ TEST_P(ArchBatch, UnloadingInTheMiddleOfRequestsLeavesNothingOnTheLedger) {
     if (!once.exchange(true)) started.set_value();
   };
   auto running = std::async(std::launch::async, [&] { return b.generate(ids(9, 16, -1), h); });
-  started.get_future().wait();
+  ASSERT_TRUE(ready_within(started.get_future()));
   b.stop();  // as an unload in cancel mode does, before the model goes
   EXPECT_EQ(running.get().finish, FinishReason::cancelled);
   model->unload();
@@ -136,18 +142,46 @@ TEST_P(ArchBatch, ItsMemoryIsWhatItSaysAndOnlyKvSequencesCanBeCut) {
   const ModelInfo& info = model.info();
   if (kind == "recurrent" || kind == "hybrid") {
     EXPECT_EQ(info.memory, kind);
-    EXPECT_FALSE(info.can_cut_sequences);
+    EXPECT_FALSE(info.can_cut_sequences());
   } else {
     EXPECT_EQ(info.memory, kind == "sliding-window kv" ? "kv+sliding-window" : "kv");
-    EXPECT_TRUE(info.can_cut_sequences);
+    EXPECT_TRUE(info.can_cut_sequences());
   }
   Session s(model, small_session());
   GenerateRequest r = ids(11, 20, 1);
   (void)generate(s, r);  // 20 positions in sequence 0, and one more token sampled
   llama_memory_t mem = llama_get_memory(s.context());
-  EXPECT_EQ(llama_memory_seq_rm(mem, 0, 10, -1), info.can_cut_sequences);
+  EXPECT_EQ(llama_memory_seq_rm(mem, 0, 10, -1), info.can_cut_sequences());
   EXPECT_TRUE(llama_memory_seq_rm(mem, 0, -1, -1));  // the whole of it: always
   EXPECT_EQ(llama_memory_seq_pos_max(mem, 0), -1);
+}
+
+// llama.cpp's model saver writes -inf for the KDA gate's lower bound (its
+// default: none) into every file it saves, and the GGUF checks take it; any
+// other value that is not a number is still refused, naming the key.
+TEST_P(ArchBatch, TheChecksTakeTheSaversUnboundedGateAndRefuseAnyOtherNonNumber) {
+  const std::string path = arch_model(GetParam().file);
+  EXPECT_NO_THROW(check_gguf_metadata(path));
+  const std::string good = reclaim::testing::read_bytes(path);
+  size_t at = 0;
+  for (const reclaim::testing::GgufField& f : reclaim::testing::GgufWalker(good).walk().fields) {
+    if (f.key.size() > 21 && f.key.compare(f.key.size() - 21, 21, ".kda.gate_lower_bound") == 0 && f.type == 6) {
+      at = f.value_at;
+    }
+  }
+  ASSERT_NE(at, 0u) << "no float *.kda.gate_lower_bound in " << path;
+  for (float bad : {std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
+    std::string b = good;
+    reclaim::testing::put<float>(b, at, bad);
+    const std::string damaged = reclaim::testing::temp_path("kda-" + GetParam().file + ".gguf");
+    std::ofstream(damaged, std::ios::binary) << b;
+    try {
+      check_gguf_metadata(damaged);
+      ADD_FAILURE() << bad << " was taken";
+    } catch (const InvalidModelFile& e) {
+      EXPECT_NE(std::string(e.what()).find("kda.gate_lower_bound"), std::string::npos) << e.what();
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, ArchBatch, ::testing::ValuesIn(reclaim::testing::archs()), reclaim::testing::arch_name);

@@ -1,8 +1,11 @@
-// What the batch tests look at after requests end: nothing of a request on
-// the ledger, nothing of it in its sequence's memory.
+// What the batch tests look at: nothing of a request on the ledger or in its
+// sequence's memory after it ends, and a state reached within a bound.
 #pragma once
 
+#include <chrono>
+#include <future>
 #include <string>
+#include <thread>
 
 #include "core/ledger.h"
 #include "engine/batcher.h"
@@ -19,6 +22,22 @@ inline size_t request_entries() {
 // No position of sequence `seq` is left in the batch's memory.
 inline bool sequence_empty(Batcher& b, int32_t seq) {
   return llama_memory_seq_pos_max(llama_get_memory(b.context()), seq) == -1;
+}
+
+// Until `pred` holds, polling; false if it did not within `bound`.
+template <class Pred>
+bool eventually(Pred pred, std::chrono::milliseconds bound = std::chrono::seconds(60)) {
+  const auto end = std::chrono::steady_clock::now() + bound;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
+// Whether `f` became ready within `bound`.
+inline bool ready_within(std::future<void>&& f, std::chrono::milliseconds bound = std::chrono::seconds(60)) {
+  return f.wait_for(bound) == std::future_status::ready;
 }
 
 }  // namespace reclaim::testing

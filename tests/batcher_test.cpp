@@ -15,6 +15,8 @@
 using namespace reclaim;
 using reclaim::testing::request_entries;
 using reclaim::testing::sequence_empty;
+using reclaim::testing::eventually;
+using reclaim::testing::ready_within;
 using reclaim::testing::small_model;
 using reclaim::testing::small_session;
 
@@ -75,7 +77,7 @@ TEST(Batcher, ConcurrentRequestsGetTheTokensEachGetsAloneInFewerDecodes) {
         return b.generate(reqs[i], h);
       }));
     }
-    while (b.active() + b.waiting() < reqs.size()) std::this_thread::yield();
+    ASSERT_TRUE(eventually([&] { return b.active() + b.waiting() >= reqs.size(); }));
   }
   size_t generated = 0;
   for (size_t i = 0; i < reqs.size(); ++i) {
@@ -208,7 +210,7 @@ void expect_a_failed_step_ends_its_requests(const std::function<int32_t(int step
     std::lock_guard hold(model.decode_mutex());
     for (size_t i = 0; i < reqs.size(); ++i) {
       got.push_back(std::async(std::launch::async, [&, i] { return b.generate(reqs[i]); }));
-      while (b.active() + b.waiting() < i + 1) std::this_thread::yield();
+      ASSERT_TRUE(eventually([&] { return b.active() + b.waiting() >= i + 1; }));
     }
   }
   for (size_t i = 0; i < 2; ++i) {
@@ -277,10 +279,10 @@ TEST(Batcher, StoppingCancelsWhatRunsAndRefusesWhatComes) {
     GenerateRequest r = request(kPrompts[0], -1);
     return b.generate(r, h);
   });
-  started.get_future().wait();
+  ASSERT_TRUE(ready_within(started.get_future()));
   // One more, waiting for the only sequence.
   auto waiting = std::async(std::launch::async, [&] { return b.generate(request(kPrompts[2])); });
-  while (b.waiting() == 0) std::this_thread::yield();
+  ASSERT_TRUE(eventually([&] { return b.waiting() > 0; }));
   b.stop();
   const GenerateResult r = running.get();
   EXPECT_EQ(r.finish, FinishReason::cancelled);

@@ -181,7 +181,7 @@ TEST(Registry, DrainWaitsForTheRequestAndCancelStopsIt) {
     busy.release();
     return r;
   });
-  started.get_future().wait();
+  ASSERT_EQ(started.get_future().wait_for(60s), std::future_status::ready);
   reg.unload("a", UnloadMode::cancel, 0ms);
   GenerateResult r = request.get();
   EXPECT_EQ(r.finish, FinishReason::cancelled);

@@ -4,7 +4,9 @@
 
 #include <llama.h>
 
+#include <algorithm>
 #include <string>
+#include <thread>
 
 #include "audit/cycles.h"
 
@@ -26,6 +28,11 @@ inline llama_load_mode raw_load_mode(const std::string& m) {
   if (m == "mlock") return LLAMA_LOAD_MODE_MLOCK;
   if (m == "mmap-mlock") return LLAMA_LOAD_MODE_MMAP_MLOCK;
   return LLAMA_LOAD_MODE_MMAP;
+}
+
+// The audit's --threads, or every core, as a plain program would take.
+inline int raw_threads(const CycleOptions& o) {
+  return o.n_threads > 0 ? o.n_threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
 }  // namespace reclaim::audit

@@ -5,7 +5,6 @@
 
 #include <chrono>
 #include <cstring>
-#include <thread>
 #include <vector>
 
 #include "audit/cycles.h"
@@ -118,7 +117,7 @@ SideResult run_raw_cycles(const CycleOptions& o) {
   Recorder rec(out);
   rec.reserve(o.cycles, has_requests(o.scenario) ? o.requests : 0);
   rec.set_baseline(Usage::capture());
-  const int threads = o.n_threads > 0 ? o.n_threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = raw_threads(o);
 
   double prompt_ms = 20;
   for (int c = 0; c < o.cycles; ++c) {

@@ -10,7 +10,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <thread>
 #include <vector>
 
 #include "audit/raw.h"
@@ -158,7 +157,7 @@ SideResult run_raw_serve_cycles(const CycleOptions& o) {
   SideResult out;
   start_raw_side(out);
   out.requests_from_first = true;
-  const int threads = o.n_threads > 0 ? o.n_threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = raw_threads(o);
   const size_t n_seq = static_cast<size_t>(std::max(1, o.parallel));
   Recorder rec(out);
   size_t most_waves = 0;

@@ -28,9 +28,11 @@ bool release_enabled() {
   return on;
 }
 
+constexpr const char* kSavedVar = "RECLAIM_ORIGINAL_GLIBC_TUNABLES";
+
+#if !defined(RECLAIM_JEMALLOC)
 // See heap.h for why each one.
 constexpr const char* kTunables[] = {"glibc.malloc.tcache_count=0", "glibc.malloc.arena_max=1"};
-constexpr const char* kSavedVar = "RECLAIM_ORIGINAL_GLIBC_TUNABLES";
 
 bool heap_tunables_active() {
   const char* t = std::getenv("GLIBC_TUNABLES");
@@ -40,6 +42,7 @@ bool heap_tunables_active() {
   }
   return true;
 }
+#endif
 }  // namespace
 
 namespace {

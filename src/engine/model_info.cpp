@@ -56,7 +56,6 @@ ModelInfo model_info(const llama_model* model, const std::string& path) {
   } else {
     i.memory = i.n_swa > 0 ? "kv+sliding-window" : "kv";
   }
-  i.can_cut_sequences = i.memory == "kv" || i.memory == "kv+sliding-window";
   return i;
 }
 

@@ -33,7 +33,7 @@ struct ModelInfo {
   // on from there (what a prompt cache does with a shared prefix). Not with
   // recurrent state: llama.cpp keeps one state a sequence, not one a
   // position, so only the whole of a sequence can be reused or removed.
-  bool can_cut_sequences = true;
+  bool can_cut_sequences() const { return memory == "kv" || memory == "kv+sliding-window"; }
 };
 
 // Host memory (RAM) and accelerator memory, per part.

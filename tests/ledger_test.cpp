@@ -89,3 +89,26 @@ TEST(Ledger, KindNamesRoundTrip) {
   for (Kind k : kAllKinds) EXPECT_EQ(kind_from_name(kind_name(k)), k);
   EXPECT_FALSE(kind_from_name("gpu").has_value());
 }
+
+// An entry with bytes on an accelerator: `bytes` is the host's part, totals
+// count both, and by_device puts each part where it is.
+TEST(Ledger, PlacedBytesCountOnTheirDevices) {
+  Ledger ledger;
+  const uint64_t model = ledger.acquire(Kind::model, "model:m", "weights", 1000);
+  const uint64_t ctx = ledger.acquire(Kind::context, "model:m/batch", "ctx", 500);
+  ledger.acquire(Kind::thread, "model:m", "pool", 0);
+  ledger.place(model, 100, {{"Vulkan0", 900}});
+  ledger.place(ctx, 0, {{"Vulkan0", 300}, {"Vulkan1", 200}});
+  EXPECT_EQ(ledger.totals().bytes, 1500u);
+  EXPECT_EQ(ledger.by_owner()["model:m"].bytes, 1000u);
+  const auto where = ledger.by_device();
+  EXPECT_EQ(where.at(kHostMemory).bytes, 100u);
+  EXPECT_EQ(where.at(kHostMemory).count, 2u);  // the weights' host part and the thread
+  EXPECT_EQ(where.at("Vulkan0").bytes, 1200u);
+  EXPECT_EQ(where.at("Vulkan0").count, 2u);
+  EXPECT_EQ(where.at("Vulkan1").bytes, 200u);
+  ledger.release(model);
+  EXPECT_EQ(ledger.by_device().at("Vulkan0").bytes, 300u);
+  ledger.release(ctx);
+  EXPECT_EQ(ledger.by_device().count("Vulkan0"), 0u);
+}

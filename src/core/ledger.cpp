@@ -52,6 +52,38 @@ void Ledger::release(uint64_t id, bool failed) {
   live_.erase(it);
 }
 
+void Ledger::place(uint64_t id, uint64_t host, std::vector<DeviceBytes> devices) {
+  std::lock_guard lock(mu_);
+  auto it = live_.find(id);
+  if (it == live_.end()) return;
+  it->second.bytes = host;
+  it->second.devices = std::move(devices);
+  log_event("place", it->second, false);
+}
+
+uint64_t LedgerEntry::device_bytes() const {
+  uint64_t n = 0;
+  for (const DeviceBytes& d : devices) n += d.bytes;
+  return n;
+}
+
+std::map<std::string, LedgerTotals> Ledger::by_device() const {
+  std::lock_guard lock(mu_);
+  std::map<std::string, LedgerTotals> out;
+  out[kHostMemory];
+  for (const auto& [id, e] : live_) {
+    if (e.bytes > 0 || e.devices.empty()) {
+      out[kHostMemory].count++;
+      out[kHostMemory].bytes += e.bytes;
+    }
+    for (const DeviceBytes& d : e.devices) {
+      out[d.device].count++;
+      out[d.device].bytes += d.bytes;
+    }
+  }
+  return out;
+}
+
 std::vector<LedgerEntry> Ledger::entries() const {
   std::lock_guard lock(mu_);
   std::vector<LedgerEntry> out;
@@ -65,7 +97,7 @@ std::map<Kind, LedgerTotals> Ledger::by_kind() const {
   std::map<Kind, LedgerTotals> out;
   for (const auto& [id, e] : live_) {
     out[e.kind].count++;
-    out[e.kind].bytes += e.bytes;
+    out[e.kind].bytes += e.all_bytes();
   }
   return out;
 }
@@ -75,7 +107,7 @@ std::map<std::string, LedgerTotals> Ledger::by_owner() const {
   std::map<std::string, LedgerTotals> out;
   for (const auto& [id, e] : live_) {
     out[e.owner].count++;
-    out[e.owner].bytes += e.bytes;
+    out[e.owner].bytes += e.all_bytes();
   }
   return out;
 }
@@ -85,7 +117,7 @@ LedgerTotals Ledger::totals() const {
   LedgerTotals t;
   for (const auto& [id, e] : live_) {
     t.count++;
-    t.bytes += e.bytes;
+    t.bytes += e.all_bytes();
   }
   return t;
 }
@@ -120,6 +152,7 @@ void Ledger::log_event(const char* event, const LedgerEntry& e, bool failed) con
       {"owner", e.owner},
       {"label", e.label},
       {"bytes", e.bytes},
+      {"device_bytes", e.device_bytes()},
       {"age_ms", std::chrono::duration<double, std::milli>(now - e.since).count()},
   };
   if (failed) j["failed"] = true;

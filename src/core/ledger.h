@@ -20,14 +20,20 @@ struct LedgerEntry {
   Kind kind = Kind::other;
   std::string owner;  // scope path, e.g. "model:qwen/request:42"
   std::string label;
-  uint64_t bytes = 0;
+  uint64_t bytes = 0;                // in host memory
+  std::vector<DeviceBytes> devices;  // on accelerators, besides `bytes`
   std::chrono::steady_clock::time_point since;
+  uint64_t device_bytes() const;
+  uint64_t all_bytes() const { return bytes + device_bytes(); }
 };
 
 struct LedgerTotals {
   uint64_t count = 0;
-  uint64_t bytes = 0;
+  uint64_t bytes = 0;  // host and device together
 };
+
+// The key of host memory in Ledger::by_device().
+inline constexpr const char* kHostMemory = "host";
 
 class Ledger {
  public:
@@ -41,6 +47,9 @@ class Ledger {
 
   uint64_t acquire(Kind kind, std::string owner, std::string label, uint64_t bytes);
   void resize(uint64_t id, uint64_t bytes);
+  // Which of an entry's bytes are on accelerators: `host` stay in host
+  // memory and `devices` are set anew.
+  void place(uint64_t id, uint64_t host, std::vector<DeviceBytes> devices);
   // `failed` marks a release whose cleanup threw: the entry leaves the ledger
   // (nothing can retry it) but the failure is counted and logged.
   void release(uint64_t id, bool failed = false);
@@ -48,6 +57,9 @@ class Ledger {
   std::vector<LedgerEntry> entries() const;
   std::map<Kind, LedgerTotals> by_kind() const;
   std::map<std::string, LedgerTotals> by_owner() const;
+  // Bytes and entries by where the bytes are: kHostMemory, then each device.
+  // An entry with bytes in two places counts in both.
+  std::map<std::string, LedgerTotals> by_device() const;
   LedgerTotals totals() const;
   uint64_t failed_releases() const;
   uint64_t acquired_total() const;

@@ -2,7 +2,9 @@
 // logs, the audit and (later) the metrics all name a resource the same way.
 #pragma once
 
+#include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 
 namespace reclaim {
@@ -24,6 +26,15 @@ enum class Kind {
 inline constexpr Kind kAllKinds[] = {Kind::model,  Kind::context, Kind::batch,  Kind::sampler,
                                      Kind::buffer, Kind::mmap,    Kind::fd,     Kind::thread,
                                      Kind::process, Kind::device_buffer, Kind::other};
+
+// Bytes of an entry that are an accelerator's memory (a model's offloaded
+// weights, a context's KV cache and compute buffers there), by device name
+// as ggml names it ("Vulkan0", "CUDA0").
+struct DeviceBytes {
+  std::string device;
+  uint64_t bytes = 0;
+  bool operator==(const DeviceBytes&) const = default;
+};
 
 std::string_view kind_name(Kind kind);
 std::optional<Kind> kind_from_name(std::string_view name);

@@ -153,6 +153,17 @@ void Scope::resize(CleanupId id, uint64_t bytes) {
   if (ledger_id) ledger_->resize(ledger_id, bytes);
 }
 
+void Scope::place(CleanupId id, uint64_t host, std::vector<DeviceBytes> devices) {
+  uint64_t ledger_id = 0;
+  {
+    std::lock_guard lock(mu_);
+    for (const Cleanup& c : cleanups_) {
+      if (c.id == id && c.armed) ledger_id = c.ledger_id;
+    }
+  }
+  if (ledger_id) ledger_->place(ledger_id, host, std::move(devices));
+}
+
 void Scope::close() noexcept { close_impl(false); }
 
 // One malloc_trim per close, by the outermost scope that asked for it: the

@@ -62,6 +62,8 @@ class Scope {
   // Drops a cleanup without running it: ownership moved elsewhere.
   bool forget(CleanupId id);
   void resize(CleanupId id, uint64_t bytes);
+  // Ledger::place for the entry of `id`.
+  void place(CleanupId id, uint64_t host, std::vector<DeviceBytes> devices);
 
   void close() noexcept;
   bool closed() const;

@@ -314,7 +314,7 @@ TEST(Serve, MetricsAndPsShowTheModelsAndTheRequests) {
   auto m = s.http().Get("/metrics");
   ASSERT_TRUE(m);
   EXPECT_EQ(m->get_header_value("Content-Type").rfind("text/plain", 0), 0u);
-  const std::regex sample(R"(^[a-z_]+(\{[a-z_]+="[^"]*"\})? -?[0-9.e+]+$)");
+  const std::regex sample(R"(^[a-z_]+(\{[a-z_]+="[^"]*"(,[a-z_]+="[^"]*")*\})? -?[0-9.e+]+$)");
   std::istringstream lines(m->body);
   int samples = 0;
   for (std::string line; std::getline(lines, line);) {
@@ -326,7 +326,8 @@ TEST(Serve, MetricsAndPsShowTheModelsAndTheRequests) {
   for (const char* want : {"reclaim_requests_total{outcome=\"ok\"} 1\n", "reclaim_requests_total{outcome=\"error\"} 1\n",
                            "reclaim_model_loaded{model=\"bpe\"} 1\n", "reclaim_model_loaded{model=\"spm\"} 0\n",
                            "reclaim_tokens_total{type=\"completion\"} 4\n", "reclaim_model_loads_total{model=\"bpe\"} 1\n",
-                           "reclaim_requests_in_flight 0\n"}) {
+                           "reclaim_requests_in_flight 0\n", "reclaim_ledger_device_bytes{device=\"host\"} ",
+                           "reclaim_model_device_bytes{model=\"bpe\",device=\"host\"} "}) {
     EXPECT_NE(m->body.find(want), std::string::npos) << want << "\n" << m->body;
   }
   Result ps = run("ps --url http://127.0.0.1:" + std::to_string(s.port()));

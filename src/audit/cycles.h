@@ -46,6 +46,7 @@ struct CycleOptions {
   int requests = 8;         // generate, cancel: requests per cycle
   uint32_t seed = 1;        // cancel: where the requests are cancelled
   int parallel = 2;         // serve-*: sequences of the model's batch
+  int gpu_layers = -1;      // layers on the accelerator (-1: all, where there is one)
   std::string test_leak;    // test-only: "heap", "fd" or "ledger" leaks on purpose each cycle
 };
 nlohmann::json to_json(const CycleOptions& o);
@@ -83,6 +84,10 @@ struct SideResult {
   // serve path), the first requests make what the next ones reuse (the KV
   // pages they touched): request residues are counted from them.
   bool requests_from_first = false;
+  // The model is on an accelerator (`devices`, by name): one cycle ran before
+  // the baseline, from `device_warm_before` (warm_device_first).
+  std::string devices;
+  Usage device_warm_before;
 };
 nlohmann::json to_json(const SideResult& r);
 SideResult side_result_from_json(const nlohmann::json& j);
@@ -134,6 +139,16 @@ CancelPlan plan_cancel(const CycleOptions& o, int cycle, int request);
 // "request-heap" leaks in every request, with the model loaded; "heap", "fd"
 // and "ledger" once a cycle. Throws Error for another name.
 void leak_on_purpose(const std::string& what, bool in_request);
+
+// Whether the cycles run where there is an accelerator: with its layers on
+// it, or with none (--gpu-layers 0), since llama.cpp then still runs a large
+// batch's matrix products there (its op offload). If so, notes it in
+// `out` with the usage now, and the caller runs one cycle before the
+// baseline: an accelerator's backend compiles each shader pipeline the first
+// time a graph needs it and keeps it (and the driver's threads) until the
+// process exits, so the first cycle's residue is one-time state, not a leak.
+// Both sides warm the same way; the report shows what it took.
+bool warm_device_first(const CycleOptions& o, SideResult& out);
 
 SideResult run_reclaim_cycles(const CycleOptions& o);
 SideResult run_raw_cycles(const CycleOptions& o);

@@ -9,6 +9,8 @@
 #include <thread>
 
 #include "audit/cycles.h"
+#include "audit/serve_plan.h"
+#include "engine/runtime.h"
 
 namespace reclaim::audit {
 
@@ -19,6 +21,10 @@ inline void start_raw_side(SideResult& out) {
   out.side = "raw";
   out.start_before = Usage::capture();
   llama_log_set(quiet_log, nullptr);
+#ifdef RECLAIM_GGML_BACKEND_DL
+  // As a plain program on these libraries starts: its backends from their folder.
+  ggml_backend_load_all_from_path(backend_dir().c_str());
+#endif
   llama_backend_init();
   out.warmed = "llama_backend_init";
 }
@@ -33,6 +39,30 @@ inline llama_load_mode raw_load_mode(const std::string& m) {
 // The audit's --threads, or every core, as a plain program would take.
 inline int raw_threads(const CycleOptions& o) {
   return o.n_threads > 0 ? o.n_threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+// A raw run-path request's own context.
+inline llama_context_params run_context_params(const CycleOptions& o, int threads) {
+  llama_context_params cp = llama_context_default_params();
+  cp.n_ctx = static_cast<uint32_t>(o.n_ctx);
+  cp.n_batch = cp.n_ubatch = cp.n_ctx;  // the prompt in one decode
+  cp.n_threads = cp.n_threads_batch = threads;
+  return cp;
+}
+
+// The raw serve path's one context: a sequence a request.
+inline llama_context_params serve_context_params(const CycleOptions& o, int threads) {
+  llama_context_params cp = llama_context_default_params();
+  const int n_seq = std::max(1, o.parallel);
+  cp.n_ctx = static_cast<uint32_t>(o.n_ctx * n_seq);
+  // A group's prompts go in one llama_decode, which splits them into steps
+  // of the size reclaim's batch has.
+  cp.n_batch = static_cast<uint32_t>(o.n_ctx);
+  cp.n_ubatch = kServeStepTokens;
+  cp.n_seq_max = static_cast<uint32_t>(n_seq);
+  cp.kv_unified = false;
+  cp.n_threads = cp.n_threads_batch = threads;
+  return cp;
 }
 
 }  // namespace reclaim::audit

@@ -45,10 +45,7 @@ struct RawRequest {
 RawRequest raw_request(llama_model* model, const CycleOptions& o, int threads, const CancelPlan* plan, double prompt_ms,
                        Recorder* rec) {
   RawRequest out;
-  llama_context_params cp = llama_context_default_params();
-  cp.n_ctx = static_cast<uint32_t>(o.n_ctx);
-  cp.n_batch = cp.n_ubatch = cp.n_ctx;
-  cp.n_threads = cp.n_threads_batch = threads;
+  llama_context_params cp = run_context_params(o, threads);
   Deadline deadline;
   cp.abort_callback = past_deadline;
   cp.abort_callback_data = &deadline;
@@ -116,14 +113,24 @@ SideResult run_raw_cycles(const CycleOptions& o) {
   start_raw_side(out);
   Recorder rec(out);
   rec.reserve(o.cycles, has_requests(o.scenario) ? o.requests : 0);
-  rec.set_baseline(Usage::capture());
   const int threads = raw_threads(o);
+  if (warm_device_first(o, out)) {
+    llama_model_params mp = llama_model_default_params();
+    mp.load_mode = raw_load_mode(o.load_mode);
+    mp.n_gpu_layers = o.gpu_layers;
+    llama_model* model = llama_model_load_from_file(o.model.c_str(), mp);
+    if (!model) throw Error("raw side: cannot load '" + o.model + "'");
+    raw_request(model, o, threads, nullptr, 0, nullptr);
+    llama_model_free(model);
+  }
+  rec.set_baseline(Usage::capture());
 
   double prompt_ms = 20;
   for (int c = 0; c < o.cycles; ++c) {
     rec.begin_cycle(c);
     llama_model_params mp = llama_model_default_params();
     mp.load_mode = raw_load_mode(o.load_mode);
+    mp.n_gpu_layers = o.gpu_layers;
     AbortAt abort_at{o.scenario == Scenario::load_abort ? o.abort_at : 2.0f};
     mp.progress_callback = on_progress;
     mp.progress_callback_user_data = &abort_at;

@@ -37,19 +37,10 @@ struct Loaded {
 void load(Loaded& l, const CycleOptions& o, int which, int threads) {
   llama_model_params mp = llama_model_default_params();
   mp.load_mode = raw_load_mode(o.load_mode);
+  mp.n_gpu_layers = o.gpu_layers;
   l.model = llama_model_load_from_file(o.model.c_str(), mp);
   if (!l.model) throw Error("raw side: cannot load '" + o.model + "'");
-  llama_context_params cp = llama_context_default_params();
-  const int n_seq = std::max(1, o.parallel);
-  cp.n_ctx = static_cast<uint32_t>(o.n_ctx * n_seq);
-  // The group's prompts go in one llama_decode, which splits them into
-  // steps of the size reclaim's batch has.
-  cp.n_batch = static_cast<uint32_t>(o.n_ctx);
-  cp.n_ubatch = kServeStepTokens;
-  cp.n_seq_max = static_cast<uint32_t>(n_seq);
-  cp.kv_unified = false;
-  cp.n_threads = cp.n_threads_batch = threads;
-  l.ctx = llama_init_from_model(l.model, cp);
+  l.ctx = llama_init_from_model(l.model, serve_context_params(o, threads));
   if (!l.ctx) throw Error("raw side: cannot create a context");
   l.which = which;
 }
@@ -151,6 +142,42 @@ GroupCounts run_group(llama_context* ctx, const llama_vocab* vocab, const std::v
   return counts;
 }
 
+// One cycle of the plan; `rec` null: the device warm-up before the baseline.
+void raw_serve_cycle(const CycleOptions& o, const ServeCycle& plan, int threads, size_t n_seq, Recorder* rec) {
+  Loaded l;
+  for (size_t w = 0; w < plan.waves.size(); ++w) {
+    const bool unload_now = w + 1 == plan.waves.size() && plan.end != CycleEnd::unload;
+    // A model's requests together; the other model after a swap.
+    for (int which : {0, 1}) {
+      std::vector<const ServeRequest*> mine;
+      for (const ServeRequest& r : plan.waves[w]) {
+        if (r.model == which) mine.push_back(&r);
+      }
+      for (size_t first = 0; first < mine.size(); first += n_seq) {
+        if (l.which != which) {
+          l.free();
+          load(l, o, which, threads);
+          if (unload_now && rec) rec->loaded();
+        }
+        const std::vector<const ServeRequest*> group(mine.begin() + static_cast<std::ptrdiff_t>(first),
+                                                     mine.begin() + static_cast<std::ptrdiff_t>(std::min(mine.size(), first + n_seq)));
+        const GroupCounts g = run_group(l.ctx, llama_model_get_vocab(l.model), group, o,
+                                        plan.end == CycleEnd::cancel_unload && unload_now ? 2 : 0);
+        if (rec && (o.scenario == Scenario::serve_cancel || o.scenario == Scenario::serve_vanish ||
+                    (plan.end == CycleEnd::cancel_unload && unload_now))) {
+          for (int i = 0; i < g.not_cancelled; ++i) rec->count_cancel(false, false);
+          for (int i = 0; i < g.cancelled_in_prompt; ++i) rec->count_cancel(true, true);
+          for (int i = 0; i < g.cancelled_in_generation; ++i) rec->count_cancel(true, false);
+        }
+      }
+    }
+    if (unload_now || !rec) continue;
+    if (w == 0) rec->loaded();
+    rec->request_done();
+  }
+  l.free();
+}
+
 }  // namespace
 
 SideResult run_raw_serve_cycles(const CycleOptions& o) {
@@ -163,43 +190,14 @@ SideResult run_raw_serve_cycles(const CycleOptions& o) {
   size_t most_waves = 0;
   for (int c = 0; c < o.cycles; ++c) most_waves = std::max(most_waves, plan_serve_cycle(o, c).waves.size());
   rec.reserve(o.cycles, static_cast<int>(most_waves));
+  if (warm_device_first(o, out)) {
+    for (const ServeCycle& plan : serve_warmup_cycles(o)) raw_serve_cycle(o, plan, threads, n_seq, nullptr);
+  }
   rec.set_baseline(Usage::capture());
 
   for (int c = 0; c < o.cycles; ++c) {
-    const ServeCycle plan = plan_serve_cycle(o, c);
     rec.begin_cycle(c);
-    Loaded l;
-    for (size_t w = 0; w < plan.waves.size(); ++w) {
-      const bool unload_now = w + 1 == plan.waves.size() && plan.end != CycleEnd::unload;
-      // A model's requests together; the other model after a swap.
-      for (int which : {0, 1}) {
-        std::vector<const ServeRequest*> mine;
-        for (const ServeRequest& r : plan.waves[w]) {
-          if (r.model == which) mine.push_back(&r);
-        }
-        for (size_t first = 0; first < mine.size(); first += n_seq) {
-          if (l.which != which) {
-            l.free();
-            load(l, o, which, threads);
-            if (unload_now) rec.loaded();
-          }
-          const std::vector<const ServeRequest*> group(mine.begin() + static_cast<std::ptrdiff_t>(first),
-                                                       mine.begin() + static_cast<std::ptrdiff_t>(std::min(mine.size(), first + n_seq)));
-          const GroupCounts g = run_group(l.ctx, llama_model_get_vocab(l.model), group, o,
-                                          plan.end == CycleEnd::cancel_unload && unload_now ? 2 : 0);
-          if (o.scenario == Scenario::serve_cancel || o.scenario == Scenario::serve_vanish ||
-              (plan.end == CycleEnd::cancel_unload && unload_now)) {
-            for (int i = 0; i < g.not_cancelled; ++i) rec.count_cancel(false, false);
-            for (int i = 0; i < g.cancelled_in_prompt; ++i) rec.count_cancel(true, true);
-            for (int i = 0; i < g.cancelled_in_generation; ++i) rec.count_cancel(true, false);
-          }
-        }
-      }
-      if (unload_now) continue;
-      if (w == 0) rec.loaded();
-      rec.request_done();
-    }
-    l.free();
+    raw_serve_cycle(o, plan_serve_cycle(o, c), threads, n_seq, &rec);
     rec.end_cycle(0, 0);
   }
   return out;

@@ -69,11 +69,14 @@ SideResult run_reclaim_cycles(const CycleOptions& o) {
   load.path = o.model;
   load.mode = load_mode_from_name(o.load_mode);
   load.n_threads = o.n_threads;
-  if (o.scenario == Scenario::load_abort) {
-    load.progress = [&](float p) { return p < o.abort_at; };
-  } else {
-    load.progress = [](float) { return true; };
+  load.n_gpu_layers = o.gpu_layers;
+  load.progress = [](float) { return true; };
+  if (warm_device_first(o, out)) {
+    Model model(load);
+    Session session(model, session_options(o));
+    generate(session, greedy_request(o, model.vocab()));
   }
+  if (o.scenario == Scenario::load_abort) load.progress = [&](float p) { return p < o.abort_at; };
   rec.set_baseline(Usage::capture());
 
   double prompt_ms = 20;  // until the first request has measured it

@@ -33,6 +33,12 @@ double median_seconds(const SideResult& r) {
   return median(std::move(v));
 }
 
+std::string usage_line(const Usage& u) {
+  return "anon " + signed_show(u.anon, "bytes") + ", rss " + signed_show(u.rss, "bytes") + ", heap in use " +
+         signed_show(u.heap_in_use, "bytes") + ", threads " + signed_show(u.threads, "count") + ", maps " +
+         signed_show(u.maps, "count");
+}
+
 }  // namespace
 
 std::string render_table(const AuditReport& report) {
@@ -42,10 +48,14 @@ std::string render_table(const AuditReport& report) {
     const SideResult& r = sr.reclaim;
     out << "scenario " << scenario_name(sr.scenario) << " · " << o.model << " · load mode " << o.load_mode << " · "
         << r.cycles.size() << " cycles\n";
-    Usage warm = r.baseline - r.start_before;
-    out << "start-up warmed before the baseline: " << r.warmed << ": anon " << signed_show(warm.anon, "bytes")
-        << ", rss " << signed_show(warm.rss, "bytes") << ", threads " << signed_show(warm.threads, "count")
-        << ", maps " << signed_show(warm.maps, "count") << "\n";
+    const bool on_device = !r.devices.empty();
+    const Usage start_up = (on_device ? r.device_warm_before : r.baseline) - r.start_before;
+    out << "start-up warmed before the baseline: " << r.warmed << ": " << usage_line(start_up) << "\n";
+    if (on_device) {
+      out << "device warm-up before the baseline (one cycle on " << r.devices
+          << "; the shader pipelines it compiled and the driver's state stay until the process exits): "
+          << usage_line(r.baseline - r.device_warm_before) << "\n";
+    }
     out << pad("figure", 13) << pad("baseline", 12) << pad("peak", 12) << pad("after", 12) << pad("residue", 12)
         << pad("growth", 12);
     if (sr.raw) out << "  │" << pad("raw residue", 13) << pad("raw growth", 12);

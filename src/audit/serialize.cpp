@@ -31,6 +31,7 @@ nlohmann::json to_json(const CycleOptions& o) {
           {"n_threads", o.n_threads}, {"abort_at", o.abort_at},
           {"requests", o.requests},   {"seed", o.seed},
           {"parallel", o.parallel},
+          {"gpu_layers", o.gpu_layers},
           {"test_leak", o.test_leak}};
 }
 
@@ -47,6 +48,7 @@ CycleOptions cycle_options_from_json(const nlohmann::json& j) {
   o.requests = j.value("requests", o.requests);
   o.seed = j.value("seed", o.seed);
   o.parallel = j.value("parallel", o.parallel);
+  o.gpu_layers = j.value("gpu_layers", o.gpu_layers);
   o.test_leak = j.value("test_leak", o.test_leak);
   return o;
 }
@@ -80,6 +82,8 @@ nlohmann::json to_json(const SideResult& r) {
           {"samples", samples},
           {"failed_releases", r.failed_releases},
           {"requests_from_first", r.requests_from_first},
+          {"devices", r.devices},
+          {"device_warm_before", to_json(r.device_warm_before)},
           {"errors", r.errors}};
 }
 
@@ -89,6 +93,8 @@ SideResult side_result_from_json(const nlohmann::json& j) {
   r.start_before = usage_from_json(j.at("start_before"));
   r.baseline = usage_from_json(j.at("baseline"));
   r.warmed = j.value("warmed", "");
+  r.devices = j.value("devices", "");
+  if (j.contains("device_warm_before")) r.device_warm_before = usage_from_json(j.at("device_warm_before"));
   for (const auto& c : j.at("cycles")) {
     CycleRecord rec;
     rec.peak = usage_from_json(c.at("peak"));

@@ -29,6 +29,7 @@ RegistryOptions serve_options(const CycleOptions& o, std::shared_ptr<Vetter> vet
   r.keep_alive = Millis(-1);  // each cycle unloads, as its plan says
   r.load_mode = load_mode_from_name(o.load_mode);
   r.n_threads = o.n_threads;
+  r.n_gpu_layers = o.gpu_layers;
   r.parallel = std::max(1, o.parallel);
   r.max_running = r.parallel;
   r.max_queue = std::max(o.requests, 1);
@@ -198,6 +199,9 @@ SideResult run_reclaim_serve_cycles(const CycleOptions& o) {
   for (int c = 0; c < o.cycles; ++c) most_waves = std::max(most_waves, plan_serve_cycle(o, c).waves.size());
   rec.reserve(o.cycles, static_cast<int>(most_waves));
   double prompt_ms = 20;  // until a request has measured it
+  if (warm_device_first(o, out)) {
+    for (const ServeCycle& plan : serve_warmup_cycles(o)) run_cycle(registry, pool, o, plan, prompt_ms, nullptr);
+  }
   const LedgerTotals at_start = Ledger::process().totals();
   rec.set_baseline(Usage::capture());
 

@@ -52,4 +52,12 @@ ServeCycle plan_serve_cycle(const CycleOptions& o, int cycle) {
   return c;
 }
 
+std::vector<ServeCycle> serve_warmup_cycles(const CycleOptions& o) {
+  CycleOptions serve = o;
+  serve.scenario = Scenario::serve;
+  std::vector<ServeCycle> out{plan_serve_cycle(serve, 0)};
+  if (o.scenario != Scenario::serve) out.push_back(plan_serve_cycle(o, 0));
+  return out;
+}
+
 }  // namespace reclaim::audit

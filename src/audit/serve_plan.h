@@ -55,4 +55,9 @@ ServeCycle plan_serve_cycle(const CycleOptions& o, int cycle);
 // The scenario's names for its models.
 inline const char* serve_model_name(int model) { return model == 0 ? "a" : "b"; }
 
+// The serve-path sides' device warm-up (warm_device_first): a cycle of the
+// serve scenario, whose waves decode the widest range of step sizes (each
+// size may need pipelines of its own), then the scenario's first cycle.
+std::vector<ServeCycle> serve_warmup_cycles(const CycleOptions& o);
+
 }  // namespace reclaim::audit

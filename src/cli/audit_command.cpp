@@ -27,7 +27,7 @@ Command add_audit(CLI::App& app) {
   auto* sub = app.add_subcommand("audit", "load/use/free cycles that measure what was not given back");
   struct Args {
     std::string model, scenario = "all", load_mode = "mmap", json, plot, test_leak;
-    int cycles = 3, n_ctx = 256, n_generate = 16, threads = 0, requests = 8, parallel = 2;
+    int cycles = 3, n_ctx = 256, n_generate = 16, threads = 0, requests = 8, parallel = 2, gpu_layers = -1;
     uint32_t seed = 1;
     bool compare_raw = false;
     std::string max_anon = "1MiB", max_growth = "64KiB", max_locked = "0", max_device = "0";
@@ -46,6 +46,10 @@ Command add_audit(CLI::App& app) {
   sub->add_option("--seed", a->seed, "where cancel cancels its requests")->capture_default_str();
   sub->add_option("--parallel", a->parallel, "serve-*: sequences of the model's batch (serve's --parallel)")
       ->capture_default_str()->check(CLI::Range(1, 256));
+  sub->add_option("--gpu-layers", a->gpu_layers,
+                  "layers on the accelerator (-1: all, where there is one; 0: none). On a device, one cycle "
+                  "warms it before the baseline")
+      ->capture_default_str()->check(CLI::Range(-1, 100000));
   sub->add_option("--load-mode", a->load_mode, "mmap, none, mlock or mmap-mlock")->capture_default_str();
   sub->add_flag("--compare-raw", a->compare_raw, "also run the cycles as plain llama.cpp calls, side by side");
   sub->add_option("--json", a->json, "write the full report as JSON");
@@ -77,6 +81,7 @@ Command add_audit(CLI::App& app) {
     o.cycle.requests = a->requests;
     o.cycle.seed = a->seed;
     o.cycle.parallel = a->parallel;
+    o.cycle.gpu_layers = a->gpu_layers;
     if (a->scenario == "all") {
       o.scenarios.assign(std::begin(audit::kAllScenarios), std::end(audit::kAllScenarios));
     } else {

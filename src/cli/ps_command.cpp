@@ -36,11 +36,20 @@ int ps(const Args& a) {
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
-  std::printf("%-24s %-10s %9s %12s %12s %8s %8s\n", "MODEL", "STATE", "REQUESTS", "BYTES", "ESTIMATE", "LOADS", "PINNED");
+  std::printf("%-24s %-10s %9s %12s %12s %8s %8s  %s\n", "MODEL", "STATE", "REQUESTS", "BYTES", "ESTIMATE", "LOADS",
+              "PINNED", "WHERE");
   for (const auto& m : j["models"]) {
-    std::printf("%-24s %-10s %9d %12s %12s %8llu %8s\n", m.value("id", "").c_str(), m.value("state", "").c_str(),
+    // Host and each accelerator apart: they are not one pool.
+    std::string where;
+    if (m.contains("bytes_by_device")) {
+      for (const auto& [place, b] : m["bytes_by_device"].items()) {
+        if (b.get<int64_t>() > 0) where += (where.empty() ? "" : ", ") + place + " " + bytes(b);
+      }
+    }
+    std::printf("%-24s %-10s %9d %12s %12s %8llu %8s  %s\n", m.value("id", "").c_str(), m.value("state", "").c_str(),
                 m.value("in_flight", 0), bytes(m["bytes"]).c_str(), bytes(m["estimate"]).c_str(),
-                static_cast<unsigned long long>(m.value("loads", uint64_t{0})), m.value("pinned", false) ? "yes" : "");
+                static_cast<unsigned long long>(m.value("loads", uint64_t{0})), m.value("pinned", false) ? "yes" : "",
+                where.c_str());
   }
   std::printf("\n%-48s %8s %12s\n", "OWNER", "ENTRIES", "BYTES");
   for (const auto& [owner, t] : j["ledger"]["by_owner"].items()) {
@@ -49,6 +58,12 @@ int ps(const Args& a) {
   }
   std::printf("%-48s %8llu %12s\n", "total", static_cast<unsigned long long>(j["ledger"].value("count", uint64_t{0})),
               bytes(j["ledger"]["bytes"]).c_str());
+  if (j["ledger"].contains("by_device")) {
+    for (const auto& [place, t] : j["ledger"]["by_device"].items()) {
+      std::printf("%-48s %8llu %12s\n", ("  on " + place).c_str(), static_cast<unsigned long long>(t.value("count", uint64_t{0})),
+                  bytes(t["bytes"]).c_str());
+    }
+  }
   const auto& res = j["residue"];
   std::printf("\nresidue since the server started listening: anon %s, rss %s, threads %lld, fds %lld, maps %lld, locked %s, device %s\n",
               bytes(res["anon"]).c_str(), bytes(res["rss"]).c_str(), static_cast<long long>(res.value("threads", int64_t{0})),

@@ -30,7 +30,7 @@ struct Args {
   std::string models_dir, host = "127.0.0.1", api_key, api_key_file, memory_budget = "0", keep_alive = "5m";
   std::string unload_timeout = "30s", shutdown_timeout = "30s", chat_template, load_mode = "mmap", vet_timeout = "10m";
   std::string queue_timeout = "5m", read_timeout = "10s", stream_keepalive = "5s", min_serve = "0";
-  int port = 8080, max_loaded = 0, ctx = 4096, threads = 0, parallel = 1, batch = 512, max_queue = 32;
+  int port = 8080, max_loaded = 0, ctx = 4096, threads = 0, gpu_layers = -1, parallel = 1, batch = 512, max_queue = 32;
   int max_connections = 512;
   bool no_autoload = false, verbose = false, trust_models = false;
 };
@@ -155,6 +155,7 @@ int serve(const Args& a) {
   opts.autoload = !a.no_autoload;
   opts.load_mode = load_mode_from_name(a.load_mode);
   opts.n_threads = a.threads;
+  opts.n_gpu_layers = a.gpu_layers;
   opts.parallel = a.parallel;
   opts.max_running = a.parallel;
   opts.max_queue = a.max_queue;
@@ -231,6 +232,8 @@ Command add_serve(CLI::App& app) {
   sub->add_option("--ctx", a->ctx, "context size of each request")->capture_default_str()->check(CLI::Range(16, 1 << 24));
   sub->add_option("--batch", a->batch, "prompt tokens per decode step")->capture_default_str()->check(CLI::Range(1, 1 << 20));
   sub->add_option("--threads", a->threads, "decode threads a model (0: all cores)")->capture_default_str();
+  sub->add_option("--gpu-layers", a->gpu_layers, "layers of each model on the accelerator (-1: all, where there is one; 0: none)")
+      ->capture_default_str()->check(CLI::Range(-1, 100000));
   sub->add_option("--parallel", a->parallel, "requests a model decodes together, each in a sequence of --ctx tokens of one context")->capture_default_str()
       ->check(CLI::Range(1, 256));
   sub->add_option("--max-queue", a->max_queue, "requests that may wait for a model beyond --parallel (more: 429)")

@@ -3,6 +3,7 @@
 #include <atomic>
 
 #include "engine/batcher.h"
+#include "engine/devices.h"
 #include "engine/session.h"
 
 namespace reclaim {
@@ -26,9 +27,14 @@ Model::Model(const ModelLoad& load, Scope* parent) : mode_(load.mode) {
   scope_ = parent ? std::make_unique<Scope>(*parent, scope_name(load), opts)
                   : std::make_unique<Scope>(scope_name(load), opts);
   // If the load throws, scope_'s destructor closes whatever it got.
-  model_ = load_model(*scope_, load);
+  model_ = load_model(*scope_, load, &entry_bytes_);
   n_threads_ = load.n_threads > 0 ? load.n_threads : default_threads();
-  if (n_threads_ > 1) pool_ = new_threadpool(*scope_, n_threads_);
+  // With its layers on an accelerator the CPU's part of a step is small (the
+  // token embeddings), and workers that spin after it take the cores from
+  // the device's own threads (lavapipe's, a CUDA driver's): they sleep at
+  // once there.
+  const bool on_device = load.n_gpu_layers != 0 && !accelerator_devices().empty();
+  if (n_threads_ > 1) pool_ = new_threadpool(*scope_, n_threads_, on_device ? 0 : 50);
   info_ = model_info(model_.get(), load.path);
   info_.load_mode = load_mode_name(load.mode);
 }
@@ -40,6 +46,22 @@ Batcher& Model::start_batcher(const BatcherOptions& options) {
   if (batcher_) throw Error("model '" + info_.path + "' already batches its requests");
   batcher_ = std::make_unique<Batcher>(*this, options);
   return *batcher_;
+}
+
+void Model::note_context(const llama_context* ctx) {
+  std::lock_guard lock(placed_mu_);
+  if (placed_ || !model_) return;
+  ContextPlacement p = placement_of(ctx);
+  if (!p.known) return;
+  placed_ = true;
+  weights_ = p.model;
+  const uint64_t device = weights_.device_total();
+  if (device > 0) scope_->place(model_.id(), entry_bytes_ > device ? entry_bytes_ - device : 0, weights_.devices);
+}
+
+Placement Model::weights() const {
+  std::lock_guard lock(placed_mu_);
+  return weights_;
 }
 
 void Model::unload() noexcept {

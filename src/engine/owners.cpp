@@ -9,13 +9,13 @@
 #include <cstring>
 #include <memory>
 
-#include <ggml-cpu.h>
-
 #include "core/arena.h"
 #include "core/heap.h"
 #include "core/locked.h"
 #include "core/usage.h"
+#include "engine/placement.h"
 #include "engine/runtime.h"
+#include "engine/threadpool_api.h"
 
 namespace reclaim {
 
@@ -89,7 +89,7 @@ int64_t allocated() { return static_cast<int64_t>(heap_stats().in_use) + device_
 
 }  // namespace
 
-Owned<llama_model> load_model(Scope& scope, const ModelLoad& load) {
+Owned<llama_model> load_model(Scope& scope, const ModelLoad& load, uint64_t* bytes) {
   check_model_file(load.path);
   Scope::Slot slot = scope.reserve(Kind::model, base_name(load.path));
 
@@ -134,19 +134,23 @@ Owned<llama_model> load_model(Scope& scope, const ModelLoad& load) {
     llama_model_free(model);
     throw;
   }
-  CleanupId id = slot.arm(llama_model_size(model) + static_cast<uint64_t>(load_heap), [model, model_locks = std::move(model_locks)] {
+  const uint64_t entry_bytes = llama_model_size(model) + static_cast<uint64_t>(load_heap);
+  CleanupId id = slot.arm(entry_bytes, [model, model_locks = std::move(model_locks)] {
     llama_model_free(model);
     unlock_remains(model_locks);
   });
+  if (bytes) *bytes = entry_bytes;
   return {model, &scope, id};
 }
 
-Owned<ggml_threadpool> new_threadpool(Scope& scope, int32_t n_threads) {
+Owned<ggml_threadpool> new_threadpool(Scope& scope, int32_t n_threads, uint32_t poll) {
   Scope::Slot slot = scope.reserve(Kind::thread, "threadpool n=" + std::to_string(n_threads));
+  const ThreadpoolApi& api = threadpool_api();
   ggml_threadpool_params tpp = ggml_threadpool_params_default(n_threads);
-  ggml_threadpool* pool = ggml_threadpool_new(&tpp);
+  tpp.poll = poll;
+  ggml_threadpool* pool = api.create(&tpp);
   if (!pool) throw Error("cannot start a pool of " + std::to_string(n_threads) + " threads");
-  CleanupId id = slot.arm(0, [pool] { ggml_threadpool_free(pool); });
+  CleanupId id = slot.arm(0, [pool, destroy = api.destroy] { destroy(pool); });
   return {pool, &scope, id};
 }
 
@@ -174,8 +178,19 @@ Owned<llama_context> new_context(Scope& scope, llama_model* model, const llama_c
                 " tokens: " + (why.empty() ? "llama.cpp gave no reason" : why));
   }
   if (pool) llama_attach_threadpool(ctx, pool, pool);
-  const int64_t bytes = allocated() - before;
-  CleanupId id = slot.arm(bytes > 0 ? static_cast<uint64_t>(bytes) : 0, [ctx] { llama_free(ctx); });
+  const uint64_t bytes = static_cast<uint64_t>(std::max<int64_t>(0, allocated() - before));
+  // What of it is on an accelerator, by llama.cpp's own account; the rest of
+  // what creation took is host memory.
+  ContextPlacement where;
+  try {
+    where = placement_of(ctx);
+  } catch (...) {
+    llama_free(ctx);
+    throw;
+  }
+  CleanupId id = slot.arm(bytes, [ctx] { llama_free(ctx); });
+  const uint64_t device = where.context.device_total();
+  if (device > 0) scope.place(id, bytes > device ? bytes - device : 0, std::move(where.context.devices));
   return {ctx, &scope, id};
 }
 

@@ -74,9 +74,12 @@ void check_model_file(const std::string& path);
 // own (core/arena.h), so that freeing the model gives them back whole.
 llama_model* load_in_arena(const std::string& path, const llama_model_params& params);
 
-Owned<llama_model> load_model(Scope& scope, const ModelLoad& load);
+// `bytes`, when given, gets what the model's ledger entry holds.
+Owned<llama_model> load_model(Scope& scope, const ModelLoad& load, uint64_t* bytes = nullptr);
 // A pool of `n_threads` worker threads (ggml's), joined when it is freed.
-Owned<ggml_threadpool> new_threadpool(Scope& scope, int32_t n_threads);
+// `poll`: how long idle workers spin for the next graph before they sleep
+// (ggml's 0..100; 50 is its default).
+Owned<ggml_threadpool> new_threadpool(Scope& scope, int32_t n_threads, uint32_t poll = 50);
 // `pool`: the threads the context decodes on, owned by the caller's scope;
 // null: the context gets a pool of its own, registered before it in `scope`.
 Owned<llama_context> new_context(Scope& scope, llama_model* model, const llama_context_params& params,

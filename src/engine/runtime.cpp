@@ -5,11 +5,13 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <thread>
 #include <vector>
 
+#include "core/error.h"
 #include "core/heap.h"
 #include "engine/devices.h"
 #include "engine/warmup.h"
@@ -78,13 +80,39 @@ void warm_accelerators() {
   }
 }
 
+#ifdef RECLAIM_GGML_BACKEND_DL
+// The prebuilt libraries carry no backend of their own: the CPU's (the
+// variant for this CPU's features) and Vulkan's are dlopen'ed from their
+// folder, once, and stay mapped until exit like a linked library.
+void load_backends() {
+  const std::string dir = backend_dir();
+  ggml_backend_load_all_from_path(dir.c_str());
+  if (!ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU)) {
+    throw Error("no ggml CPU backend could be loaded from '" + dir +
+                             "' (set RECLAIM_GGML_BACKEND_DIR to the folder of libggml-cpu-*.so)");
+  }
+}
+#endif
+
 }  // namespace
+
+std::string backend_dir() {
+#ifdef RECLAIM_GGML_BACKEND_DL
+  const char* dir = std::getenv("RECLAIM_GGML_BACKEND_DIR");
+  return dir && *dir ? dir : RECLAIM_GGML_BACKEND_DIR;
+#else
+  return {};
+#endif
+}
 
 Runtime::Runtime(RuntimeOptions options) {
   if (g_started.exchange(true)) throw std::logic_error("reclaim::Runtime started twice in one process");
   g_verbose = options.verbose;
   before_ = Usage::capture();
   llama_log_set(on_llama_log, nullptr);
+#ifdef RECLAIM_GGML_BACKEND_DL
+  load_backends();
+#endif
   llama_backend_init();  // ggml's f16/GELU tables and the backend registry
   set_device_probe(probe_devices);
   warm_accelerators();
@@ -110,7 +138,11 @@ std::string Runtime::warmed() const {
     if (!names.empty()) names += ", ";
     names += ggml_backend_dev_name(ggml_backend_dev_get(i));
   }
-  return "llama_backend_init (ggml f16/GELU tables, backend registry: " + names +
+  std::string loaded;
+#ifdef RECLAIM_GGML_BACKEND_DL
+  loaded = "backends loaded from " + backend_dir() + ", ";
+#endif
+  return loaded + "llama_backend_init (ggml f16/GELU tables, backend registry: " + names +
          "), accelerator contexts, llama's unicode tables, ggml's CPU buffer types, glibc's thread-stack cache";
 }
 

@@ -38,6 +38,11 @@ class Runtime {
 // after them. Returns the threads it started and joined.
 int warm_thread_stack_cache();
 
+// Where ggml's backends are loaded from at start-up: the prebuilt libraries'
+// folder (RECLAIM_GGML_BACKEND_DIR overrides it), or empty where the backends
+// are linked into the program.
+std::string backend_dir();
+
 // llama.cpp's error lines logged on this thread since the last call, joined;
 // load failures are reported with them, since llama returns only NULL.
 std::string take_llama_errors();

@@ -29,12 +29,27 @@ namespace {
 
 double ms_since(Steady::time_point t) { return std::chrono::duration<double, std::milli>(Steady::now() - t).count(); }
 
+bool under(const LedgerEntry& e, const std::string& path) {
+  return e.owner == path || e.owner.rfind(path + "/", 0) == 0;
+}
+
+// Host and device bytes together.
 int64_t ledger_bytes_under(const std::string& path) {
   int64_t bytes = 0;
   for (const LedgerEntry& e : Ledger::process().entries()) {
-    if (e.owner == path || e.owner.rfind(path + "/", 0) == 0) bytes += static_cast<int64_t>(e.bytes);
+    if (under(e, path)) bytes += static_cast<int64_t>(e.all_bytes());
   }
   return bytes;
+}
+
+std::map<std::string, int64_t> ledger_places_under(const std::string& path) {
+  std::map<std::string, int64_t> out{{kHostMemory, 0}};
+  for (const LedgerEntry& e : Ledger::process().entries()) {
+    if (!under(e, path)) continue;
+    out[kHostMemory] += static_cast<int64_t>(e.bytes);
+    for (const DeviceBytes& d : e.devices) out[d.device] += static_cast<int64_t>(d.bytes);
+  }
+  return out;
 }
 
 }  // namespace
@@ -351,7 +366,10 @@ ModelStatus Registry::status_locked(const Entry& e) const {
   }
   s.load_progress = e.progress;
   s.estimate = e.estimate;
-  if (e.model && e.state == ModelState::loaded) s.loaded_bytes = ledger_bytes_under(e.model->scope().path());
+  if (e.model && e.state == ModelState::loaded) {
+    s.bytes_by_device = ledger_places_under(e.model->scope().path());
+    for (const auto& [place, bytes] : s.bytes_by_device) s.loaded_bytes += bytes;
+  }
   s.loads = e.loads;
   s.unloads = e.unloads;
   s.last_load_ms = e.last_load_ms;

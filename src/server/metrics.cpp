@@ -65,6 +65,9 @@ std::string metrics_text(const Registry& registry, const Usage& baseline, const 
     auto it = by_kind.find(k);
     w.sample("reclaim_resource_bytes", label("kind", std::string(kind_name(k))), it == by_kind.end() ? 0 : it->second.bytes);
   }
+  w.family("reclaim_ledger_device_bytes", "gauge",
+           "Bytes of the live resources on the ledger by where they are: host memory or an accelerator.");
+  for (const auto& [place, t] : ledger.by_device()) w.sample("reclaim_ledger_device_bytes", label("device", place), t.bytes);
   w.family("reclaim_release_failures_total", "counter", "Releases whose cleanup threw.");
   w.sample("reclaim_release_failures_total", "", ledger.failed_releases());
 
@@ -77,6 +80,12 @@ std::string metrics_text(const Registry& registry, const Usage& baseline, const 
             [](const ModelStatus& m) { return m.state == ModelState::loaded ? 1 : 0; });
   per_model("reclaim_model_bytes", "gauge", "Bytes on the ledger under the model (weights, contexts, requests).",
             [](const ModelStatus& m) { return m.loaded_bytes; });
+  w.family("reclaim_model_device_bytes", "gauge", "Bytes on the ledger under the model, by where they are.");
+  for (const ModelStatus& m : models) {
+    for (const auto& [place, b] : m.bytes_by_device) {
+      w.sample("reclaim_model_device_bytes", label("model", m.name) + "," + label("device", place), b);
+    }
+  }
   per_model("reclaim_model_estimate_bytes", "gauge", "What the budget counts for the model: the engine's estimate of its last load.",
             [](const ModelStatus& m) { return m.estimate; });
   per_model("reclaim_model_in_flight", "gauge", "Requests holding the model.",

@@ -21,6 +21,7 @@ json model_json(const ModelStatus& s) {
             {"draining", s.draining},
             {"line_position", s.line_position},
             {"bytes", s.loaded_bytes},
+            {"bytes_by_device", s.bytes_by_device},
             {"estimate", s.estimate},
             {"loads", s.loads},
             {"unloads", s.unloads},
@@ -53,13 +54,22 @@ json resources_json(const Registry& registry, const Usage& baseline) {
   const auto now = std::chrono::steady_clock::now();
   json entries = json::array();
   for (const LedgerEntry& e : ledger.entries()) {
-    entries.push_back({{"id", e.id},
-                       {"kind", kind_name(e.kind)},
-                       {"owner", e.owner},
-                       {"label", e.label},
-                       {"bytes", e.bytes},
-                       {"age_ms", std::chrono::duration<double, std::milli>(now - e.since).count()}});
+    json entry = {{"id", e.id},
+                  {"kind", kind_name(e.kind)},
+                  {"owner", e.owner},
+                  {"label", e.label},
+                  {"bytes", e.bytes},
+                  {"age_ms", std::chrono::duration<double, std::milli>(now - e.since).count()}};
+    // On an accelerator too: "bytes" is the host's part.
+    if (!e.devices.empty()) {
+      json devices = json::object();
+      for (const DeviceBytes& d : e.devices) devices[d.device] = d.bytes;
+      entry["device_bytes"] = devices;
+    }
+    entries.push_back(std::move(entry));
   }
+  json by_device = json::object();
+  for (const auto& [place, t] : ledger.by_device()) by_device[place] = {{"count", t.count}, {"bytes", t.bytes}};
   json by_kind = json::object();
   for (const auto& [kind, t] : ledger.by_kind()) by_kind[std::string(kind_name(kind))] = {{"count", t.count}, {"bytes", t.bytes}};
   json by_owner = json::object();
@@ -75,6 +85,7 @@ json resources_json(const Registry& registry, const Usage& baseline) {
             {"failed_releases", ledger.failed_releases()},
             {"by_kind", by_kind},
             {"by_owner", by_owner},
+            {"by_device", by_device},
             {"entries", entries}}},
           {"usage", usage_figures_json(now_usage)},
           {"baseline", usage_figures_json(baseline)},

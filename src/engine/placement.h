@@ -1,0 +1,30 @@
+// Where a context's bytes and its model's are: host memory or an
+// accelerator's, as llama.cpp allocated them (its memory breakdown by buffer
+// type). The ledger splits entries with it, and budgets count each device
+// apart, since host RAM and VRAM are not one pool.
+#pragma once
+
+#include <llama.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "core/resource.h"
+
+namespace reclaim {
+
+struct Placement {
+  uint64_t host = 0;
+  std::vector<DeviceBytes> devices;  // by device, in ggml's order
+  uint64_t device_total() const;
+};
+
+struct ContextPlacement {
+  bool known = false;  // false where llama.cpp's breakdown is not built in
+  Placement model;     // the weights
+  Placement context;   // the KV cache, outputs and compute buffers
+};
+
+ContextPlacement placement_of(const llama_context* ctx);
+
+}  // namespace reclaim

@@ -1,0 +1,132 @@
+// The device path, on the Vulkan variant (scripts/setup --backend vulkan):
+// lavapipe, Mesa's Vulkan device on the CPU, whose device memory is host
+// memory, so that whatever the device keeps shows in the process's figures.
+// ctest sets GGML_VK_VISIBLE_DEVICES=0: ggml skips CPU-type Vulkan devices
+// unless they are named.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "cli_support.h"
+#include "served.h"
+#include "temp_path.h"
+
+namespace {
+
+using namespace reclaim::testing;
+using nlohmann::json;
+
+json audit_json(const std::string& args, int expect_status) {
+  const std::string path = temp_path("device_audit.json");
+  std::remove(path.c_str());
+  Result r = run("audit " + args + " --json " + path);
+  EXPECT_EQ(r.status, expect_status) << r.out << r.err;
+  std::ifstream f(path);
+  if (!f) return {};
+  return json::parse(f);
+}
+
+TEST(Device, TheVulkanDeviceIsThereAndTheModelGoesOnIt) {
+  Result r = run("run -m " + spm() + " -p hello -n 2 --temp 0 --verbose --trust-models");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("using device Vulkan0"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("offloaded 3/3 layers to GPU"), std::string::npos) << r.out;
+  r = run("run -m " + spm() + " -p hello -n 2 --temp 0 --verbose --trust-models --gpu-layers 0");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("offloaded 0/3 layers to GPU"), std::string::npos) << r.out;
+}
+
+// Every scenario, on the device, reclaim and raw llama.cpp side by side,
+// within the CPU's thresholds once the device is warmed.
+TEST(Device, EveryScenarioOnTheDeviceMeetsTheThresholds) {
+  const json j = audit_json("-m " + spm() + " --scenario all --cycles 3 --requests 2 --generate 8 --threads 1 --compare-raw", 0);
+  ASSERT_TRUE(j.contains("scenarios"));
+  EXPECT_EQ(j["scenarios"].size(), 11u);
+  for (const json& s : j["scenarios"]) {
+    for (const json& c : s["checks"]) EXPECT_TRUE(c["ok"].get<bool>()) << s["scenario"] << ": " << c.dump();
+    for (const char* side : {"reclaim", "raw"}) {
+      const json& r = s[side];
+      EXPECT_EQ(r["devices"], "Vulkan0") << s["scenario"] << " " << side;
+      // The warm-up compiled the device's pipelines: tens of MiB on lavapipe.
+      const int64_t warm = r["baseline"]["anon"].get<int64_t>() - r["device_warm_before"]["anon"].get<int64_t>();
+      EXPECT_GT(warm, 1 << 20) << s["scenario"] << " " << side;
+    }
+  }
+}
+
+// The seed's case (load and free with no prompt) and the prompt case, over
+// ten cycles: the targets.
+TEST(Device, TenCyclesWithAndWithoutAPromptLeaveNothingAfterTheWarmUp) {
+  const json j = audit_json("-m " + spm() + " --scenario load-free,load-prompt-free --cycles 10 --threads 1", 0);
+  ASSERT_EQ(j["scenarios"].size(), 2u);
+  for (const json& s : j["scenarios"]) {
+    const json& residue = s["reclaim_residues"].back();
+    EXPECT_LE(residue["anon"].get<int64_t>(), 1 << 20) << s["scenario"];
+    EXPECT_EQ(residue["threads"], 0) << s["scenario"];
+    EXPECT_EQ(residue["maps"], 0) << s["scenario"];
+    const int64_t growth = residue["anon"].get<int64_t>() - s["reclaim_residues"][0]["anon"].get<int64_t>();
+    EXPECT_LE(growth, 64 << 10) << s["scenario"];
+  }
+}
+
+// With no layers on the device llama.cpp still runs a prompt's matrix
+// products there, so the audit warms it all the same.
+TEST(Device, NoLayersOnTheDeviceStillMeetsTheThresholds) {
+  const json j = audit_json("-m " + spm() + " --scenario load-prompt-free --cycles 3 --threads 1 --gpu-layers 0", 0);
+  ASSERT_EQ(j["scenarios"].size(), 1u);
+  EXPECT_EQ(j["scenarios"][0]["reclaim"]["devices"], "Vulkan0");
+}
+
+}  // namespace
+
+namespace {
+
+// reclaim serve on the device: load, chat, unload, twice. The first round
+// warms the device (its pipelines stay until exit); after the second the
+// server is back at the level the first left, seen from outside.
+TEST(DeviceServe, LoadChatUnloadReturnsToThePostWarmUpLevel) {
+  Served s({"--gpu-layers", "-1"});
+  auto round = [&] {
+    // The spm test model has no chat template: a completion.
+    auto r = s.post("/v1/completions", {{"model", "spm"}, {"prompt", "hello"}, {"max_tokens", 8}, {"temperature", 0}});
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    EXPECT_EQ(json::parse(r->body)["usage"]["completion_tokens"], 8);
+    // The weights, the KV cache and the compute buffers are on the device,
+    // and the ledger says so, apart from host memory.
+    const json m = s.model("spm");
+    EXPECT_EQ(m["state"], "loaded") << m.dump();
+    EXPECT_GT(m["bytes_by_device"].value("Vulkan0", int64_t{0}), 1 << 20) << m.dump();
+    EXPECT_GT(m["bytes_by_device"].value("host", int64_t{0}), 0) << m.dump();
+    const json ledger = s.get("/v1/resources")["ledger"];
+    EXPECT_GT(ledger["by_device"]["Vulkan0"]["bytes"].get<int64_t>(), 1 << 20) << ledger["by_device"].dump();
+    int placed = 0;
+    for (const json& e : ledger["entries"]) placed += e.contains("device_bytes") ? 1 : 0;
+    EXPECT_EQ(placed, 2) << "the model's entry and its batch context's";
+    ASSERT_EQ(s.post("/v1/models/unload", {{"model", "spm"}})->status, 200);
+    ASSERT_TRUE(s.until([&] { return s.model("spm")["state"] == "unloaded"; }));
+  };
+  round();
+  const Outside warm = Outside::of(s.pid());
+  round();
+  Outside now;
+  s.until([&] {
+    now = Outside::of(s.pid());
+    return now.threads <= warm.threads && now.fds <= warm.fds;
+  });
+  EXPECT_LE(now.anon - warm.anon, 1 << 20);
+  EXPECT_EQ(now.threads, warm.threads);
+  EXPECT_LE(now.fds, warm.fds);
+  // The vetter may still be checking the other model's file in a child.
+  json res;
+  s.until([&] {
+    res = s.get("/v1/resources");
+    return held_beyond_standing(res["ledger"]).empty();
+  });
+  EXPECT_EQ(held_beyond_standing(res["ledger"]), std::vector<std::string>{}) << res["ledger"].dump();
+}
+
+}  // namespace

@@ -130,3 +130,48 @@ TEST(DeviceServe, LoadChatUnloadReturnsToThePostWarmUpLevel) {
 }
 
 }  // namespace
+
+namespace {
+
+int64_t vulkan_estimate(Served& s, const std::string& model) {
+  return s.model(model)["estimate_by_device"].value("vulkan0", int64_t{0});
+}
+
+void load(Served& s, const std::string& model) {
+  auto r = s.post("/v1/models/load", {{"model", model}});
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+}
+
+// The device's memory has a budget of its own: two models whose device
+// estimates fit it stay loaded together; one byte less and the first goes,
+// though host memory has room for both.
+TEST(DeviceServe, TheDeviceHasABudgetOfItsOwn) {
+  int64_t spm_at = 0, bpe_at = 0;
+  {
+    Served s;
+    load(s, "spm");
+    load(s, "bpe");
+    spm_at = vulkan_estimate(s, "spm");
+    bpe_at = vulkan_estimate(s, "bpe");
+    ASSERT_GT(spm_at, 0);
+    ASSERT_GT(bpe_at, 0);
+    const json res = s.get("/v1/resources");
+    EXPECT_EQ(res["accounted_by_device"].value("vulkan0", int64_t{0}), spm_at + bpe_at) << res.dump();
+  }
+  for (int64_t minus : {0, 1}) {
+    const std::string budget = "host=64GiB,vulkan0=" + std::to_string(spm_at + bpe_at - minus);
+    Served s({"--memory-budget", budget});
+    load(s, "spm");
+    load(s, "bpe");
+    EXPECT_EQ(s.model("bpe")["state"], "loaded");
+    EXPECT_EQ(s.model("spm")["state"], minus ? "unloaded" : "loaded") << budget;
+    EXPECT_EQ(s.get("/v1/resources")["memory_budget_by_device"]["vulkan0"], spm_at + bpe_at - minus);
+  }
+  // A device that is not here is an error at start-up.
+  Result r = run("serve --port 0 --memory-budget cuda7=1GiB -m " + spm());
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("'cuda7', which is not here (places: host, vulkan0)"), std::string::npos) << r.out;
+}
+
+}  // namespace

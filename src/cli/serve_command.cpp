@@ -15,6 +15,7 @@
 #include "core/heap.h"
 #include "core/ledger.h"
 #include "core/size.h"
+#include "engine/devices.h"
 #include "engine/runtime.h"
 #include "engine/test_model.h"
 #include "runtime/registry.h"
@@ -24,6 +25,23 @@
 namespace reclaim::cli {
 
 namespace {
+
+// A budget for a place that is not here would never count anything: said at
+// start-up, with the places there are.
+void check_budget_places(const MemoryBudget& budget) {
+  std::vector<std::string> here = {kHostMemory};
+  for (ggml_backend_dev_t dev : accelerator_devices()) {
+    std::string name = ggml_backend_dev_name(dev);
+    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    here.push_back(name);
+  }
+  for (const auto& [place, bytes] : budget.at) {
+    if (std::find(here.begin(), here.end(), place) != here.end()) continue;
+    std::string list;
+    for (const std::string& h : here) list += (list.empty() ? "" : ", ") + h;
+    throw Error("--memory-budget names '" + place + "', which is not here (places: " + list + ")");
+  }
+}
 
 struct Args {
   std::vector<std::string> models, pins, preload;
@@ -149,7 +167,12 @@ int serve(const Args& a) {
   ro.verbose = a.verbose;
   Runtime runtime(ro);
   RegistryOptions opts;
-  opts.memory_budget = parse_size(a.memory_budget);
+  {
+    const MemoryBudget budget = parse_memory_budget(a.memory_budget);
+    check_budget_places(budget);
+    opts.memory_budget = budget.total;
+    opts.memory_budget_at = budget.at;
+  }
   opts.max_loaded = a.max_loaded;
   opts.keep_alive = duration(a.keep_alive, "keep-alive");
   opts.autoload = !a.no_autoload;
@@ -219,7 +242,10 @@ Command add_serve(CLI::App& app) {
   sub->add_option("--port", a->port, "port (0: any free one, printed)")->capture_default_str()->check(CLI::Range(0, 65535));
   sub->add_option("--keep-alive", a->keep_alive, "unload a model this long after its last request (0: at once, -1: never)")
       ->capture_default_str();
-  sub->add_option("--memory-budget", a->memory_budget, "memory for all loaded models, e.g. 8GiB (0: no budget)")->capture_default_str();
+  sub->add_option("--memory-budget", a->memory_budget,
+                  "memory for all loaded models: 8GiB in all, or one budget a place, host=16GiB,vulkan0=2GiB "
+                  "(0: no budget)")
+      ->capture_default_str();
   sub->add_option("--max-loaded", a->max_loaded, "models loaded at once at most (0: no limit)")->capture_default_str();
   sub->add_flag("--no-autoload", a->no_autoload, "refuse requests for unloaded models instead of loading them");
   sub->add_option("--pin", a->pins, "never evict or expire this model (repeatable)")->take_all();

@@ -26,6 +26,11 @@ namespace reclaim {
 
 namespace {
 
+std::string lower_case(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
 std::string meta(const llama_model* m, const char* key) {
   char buf[512];
   int32_t n = llama_model_meta_val_str(m, key, buf, sizeof buf);
@@ -96,6 +101,8 @@ MemoryEstimate estimate_memory(const ModelLoad& load, const llama_context_params
     (host ? e.model_host : e.model_device) += static_cast<int64_t>(mb.model);
     (host ? e.context_host : e.context_device) += static_cast<int64_t>(mb.context);
     (host ? e.compute_host : e.compute_device) += static_cast<int64_t>(mb.compute);
+    ggml_backend_dev_t dev = ggml_backend_buft_get_device(buft);
+    if (!host && dev) e.device_by_name[lower_case(ggml_backend_dev_name(dev))] += static_cast<int64_t>(mb.total());
   }
   e.exact = true;
 #else

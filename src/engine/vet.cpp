@@ -50,7 +50,7 @@ VetRequest vet_request_from_json(const nlohmann::json& j) {
 
 // The figures and facts as they are named in C++, both ways.
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(MemoryEstimate, model_host, model_device, context_host, context_device, compute_host,
-                                   compute_device, model_overhead, context_overhead, exact)
+                                   compute_device, model_overhead, context_overhead, exact, device_by_name)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(ModelInfo, path, architecture, name, chat_template, n_params, tensor_bytes, file_bytes,
                                    load_mode, n_ctx_train, n_layer, n_embd, n_vocab)
 

@@ -154,6 +154,7 @@ int64_t Registry::estimate_for_locked(std::unique_lock<std::mutex>& lock, Entry&
   if (!identity.empty() && identity == e.estimated_file && e.estimate > 0) return e.estimate;
   lock.unlock();
   int64_t estimate = 0, model_estimate = 0;
+  Places estimate_at;
   try {
     // A file not yet vetted is read first in a child process, which may
     // die of it; the child's estimate is the one this process would make.
@@ -161,6 +162,8 @@ int64_t Registry::estimate_for_locked(std::unique_lock<std::mutex>& lock, Entry&
     model_estimate = m.model_host + m.model_device;
     estimate = m.model_host + m.model_device + m.model_overhead +
                m.per_context_host() + m.context_device + m.compute_device;  // the batch's one context
+    estimate_at[kHostMemory] = m.model_host + m.model_overhead + m.per_context_host();
+    for (const auto& [device, bytes] : m.device_by_name) estimate_at[device] = bytes;
   } catch (const std::exception& ex) {
     lock.lock();
     e.last_error = ex.what();
@@ -168,6 +171,7 @@ int64_t Registry::estimate_for_locked(std::unique_lock<std::mutex>& lock, Entry&
   }
   lock.lock();
   e.estimate = estimate;
+  e.estimate_at = std::move(estimate_at);
   e.model_estimate = model_estimate;
   e.estimated_file = identity;
   return estimate;
@@ -193,6 +197,7 @@ void Registry::load_locked(std::unique_lock<std::mutex>& lock, Entry& e, int64_t
   e.progress = 0;
   e.last_error.clear();
   e.reserved = estimate;
+  e.reserved_at = e.estimate_at;
   cv_.notify_all();
   const ModelLoad load = model_load(e);
   const BatcherOptions batching{options_.parallel, options_.session};
@@ -206,6 +211,7 @@ void Registry::load_locked(std::unique_lock<std::mutex>& lock, Entry& e, int64_t
     lock.lock();
     e.state = ModelState::unloaded;
     e.reserved = 0;
+    e.reserved_at.clear();
     e.last_error = ex.what();
     cv_.notify_all();
     throw;
@@ -302,6 +308,7 @@ void Registry::finish_unload_locked(std::unique_lock<std::mutex>& lock, Entry& e
   e.state = ModelState::unloaded;
   e.unload_requested = false;
   e.reserved = 0;
+  e.reserved_at.clear();
   e.progress = 0;
   e.expires = Steady::time_point::max();
   ++e.unloads;
@@ -366,6 +373,7 @@ ModelStatus Registry::status_locked(const Entry& e) const {
   }
   s.load_progress = e.progress;
   s.estimate = e.estimate;
+  s.estimate_by_device = e.estimate_at;
   if (e.model && e.state == ModelState::loaded) {
     s.bytes_by_device = ledger_places_under(e.model->scope().path());
     for (const auto& [place, bytes] : s.bytes_by_device) s.loaded_bytes += bytes;
@@ -411,6 +419,15 @@ bool Registry::wait_for_state(const std::string& name, ModelState state, Millis 
   std::unique_lock lock(mu_);
   const Entry& e = find_locked(name);
   return cv_.wait_for(lock, timeout, [&] { return e.state == state; });
+}
+
+Places Registry::accounted_by_place() const {
+  std::lock_guard lock(mu_);
+  Places sum;
+  for (const Entry& e : entries_) {
+    for (const auto& [place, bytes] : e.reserved_at) sum[place] += bytes;
+  }
+  return sum;
 }
 
 int64_t Registry::accounted() const {

@@ -39,6 +39,7 @@
 #include "core/scope.h"
 #include "engine/model.h"
 #include "engine/session.h"
+#include "runtime/room.h"
 #include "runtime/vetter.h"
 
 namespace reclaim {
@@ -56,6 +57,7 @@ using Millis = std::chrono::milliseconds;
 
 struct RegistryOptions {
   int64_t memory_budget = 0;  // bytes for all loaded models; 0: no budget
+  Places memory_budget_at;    // bytes for each place named ("host", "vulkan0"): room.h
   int max_loaded = 0;         // 0: no limit
   Millis keep_alive = std::chrono::minutes(5);  // < 0: never unload; 0: right after the last request
   bool autoload = true;       // a request for an unloaded model loads it
@@ -149,6 +151,7 @@ struct ModelStatus {
   int line_position = 0;     // 1-based place in the line for room; 0: not in it
   float load_progress = 0;   // 0..1 while loading
   int64_t estimate = 0;      // bytes the budget counts (host + device), 0 before the first load
+  Places estimate_by_device;  // the same by place: what a budget for each place counts
   int64_t loaded_bytes = 0;  // on the ledger under the model's scope, while loaded
   // The same by where they are: "host", then each accelerator ("Vulkan0").
   std::map<std::string, int64_t> bytes_by_device;
@@ -196,6 +199,7 @@ class Registry {
   void vet_in_background();
   // Bytes the budget counts now: estimates of the models loaded or loading.
   int64_t accounted() const;
+  Places accounted_by_place() const;
   const RegistryOptions& options() const { return options_; }
   Scope& scope() { return scope_; }
 

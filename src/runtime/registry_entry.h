@@ -32,6 +32,7 @@ struct Registry::Entry {
   int64_t model_estimate = 0;
   std::string estimated_file;  // identity of the file the estimate is of (file_identity)
   int64_t reserved = 0;  // what the budget counts for it now
+  Places estimate_at, reserved_at;  // the same two by place
   uint64_t loads = 0, unloads = 0;
   double last_load_ms = 0, last_unload_ms = 0;
   std::chrono::system_clock::time_point last_use{};

@@ -167,6 +167,7 @@ bool Registry::make_room_locked(std::unique_lock<std::mutex>& lock, Entry& for_e
       Occupant c;
       c.name = o.spec.name;
       c.reserved = o.reserved;
+      c.reserved_at = o.reserved_at;
       c.counted = o.state == ModelState::loaded || o.state == ModelState::loading;
       c.pinned = o.spec.pinned;
       const bool here = o.state == ModelState::loaded && !o.unload_requested;
@@ -179,7 +180,8 @@ bool Registry::make_room_locked(std::unique_lock<std::mutex>& lock, Entry& for_e
       others.push_back(std::move(c));
       who.push_back(&o);
     }
-    const RoomPlan plan = plan_room(others, for_entry.spec.name, needed, options_.memory_budget, options_.max_loaded);
+    const RoomPlan plan = plan_room(others, for_entry.spec.name, needed, for_entry.estimate_at,
+                                    MemoryBudget{options_.memory_budget, options_.memory_budget_at}, options_.max_loaded);
     switch (plan.step) {
       case RoomPlan::Step::never:
         stop_draining_locked();

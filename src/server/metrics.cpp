@@ -111,6 +111,10 @@ std::string metrics_text(const Registry& registry, const Usage& baseline, const 
 
   w.family("reclaim_memory_budget_bytes", "gauge", "The memory budget (0: none).");
   w.sample("reclaim_memory_budget_bytes", "", registry.options().memory_budget);
+  w.family("reclaim_memory_budget_device_bytes", "gauge", "The memory budget of each place given one (host, an accelerator).");
+  for (const auto& [place, bytes] : registry.options().memory_budget_at) {
+    w.sample("reclaim_memory_budget_device_bytes", label("device", place), bytes);
+  }
   w.family("reclaim_memory_accounted_bytes", "gauge", "What the budget counts now.");
   w.sample("reclaim_memory_accounted_bytes", "", registry.accounted());
 

@@ -23,6 +23,7 @@ json model_json(const ModelStatus& s) {
             {"bytes", s.loaded_bytes},
             {"bytes_by_device", s.bytes_by_device},
             {"estimate", s.estimate},
+            {"estimate_by_device", s.estimate_by_device},
             {"loads", s.loads},
             {"unloads", s.unloads},
             {"last_load_ms", s.last_load_ms},
@@ -92,7 +93,9 @@ json resources_json(const Registry& registry, const Usage& baseline) {
           {"residue", usage_figures_json(residue)},
           {"models", models_json(registry)["data"]},
           {"accounted", registry.accounted()},
-          {"memory_budget", registry.options().memory_budget}};
+          {"memory_budget", registry.options().memory_budget},
+          {"memory_budget_by_device", registry.options().memory_budget_at},
+          {"accounted_by_device", registry.accounted_by_place()}};
 }
 
 }  // namespace reclaim::server

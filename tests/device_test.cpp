@@ -109,7 +109,22 @@ TEST(DeviceServe, LoadChatUnloadReturnsToThePostWarmUpLevel) {
     ASSERT_EQ(s.post("/v1/models/unload", {{"model", "spm"}})->status, 200);
     ASSERT_TRUE(s.until([&] { return s.model("spm")["state"] == "unloaded"; }));
   };
+  auto device_state = [&] {
+    const json res = s.get("/v1/resources");
+    for (const json& e : res["ledger"]["entries"]) {
+      if (e["kind"] == "device_state") return e;
+    }
+    return json();
+  };
+  // From start-up: the driver's state, on the ledger under "runtime".
+  const json at_start = device_state();
+  ASSERT_FALSE(at_start.is_null());
+  EXPECT_EQ(at_start["owner"], "runtime");
   round();
+  // The pipelines the first round compiled stay with the driver: counted
+  // there once the model is gone (tens of MiB on lavapipe).
+  const int64_t kept = device_state()["bytes"].get<int64_t>() - at_start["bytes"].get<int64_t>();
+  EXPECT_GT(kept, 4 << 20);
   const Outside warm = Outside::of(s.pid());
   round();
   Outside now;
@@ -127,6 +142,11 @@ TEST(DeviceServe, LoadChatUnloadReturnsToThePostWarmUpLevel) {
     return held_beyond_standing(res["ledger"]).empty();
   });
   EXPECT_EQ(held_beyond_standing(res["ledger"]), std::vector<std::string>{}) << res["ledger"].dump();
+  // At exit the device's state is said apart, and nothing else is left.
+  const Result end = s.stop();
+  EXPECT_EQ(end.status, 0) << end.err;
+  EXPECT_NE(end.err.find("device runtime state, freed at exit"), std::string::npos) << end.err;
+  EXPECT_NE(end.err.find("ledger: 0 entries"), std::string::npos) << end.err;
 }
 
 }  // namespace

@@ -33,7 +33,8 @@ inline std::vector<std::string> held_beyond_standing(const json& ledger) {
     const std::string owner = e["owner"], kind = e["kind"];
     const bool standing = (kind == "thread" && (owner == "serve" || owner == "http/workers" ||
                                                  owner == "http/connections" || owner == "registry")) ||
-                          (owner == "vetter" && (kind == "thread" || kind == "fd"));
+                          (owner == "vetter" && (kind == "thread" || kind == "fd")) ||
+                          (owner == "runtime" && kind == "device_state");
     if (!standing) out.push_back(kind + " " + owner + " '" + e["label"].get<std::string>() + "'");
   }
   return out;

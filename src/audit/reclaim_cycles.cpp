@@ -1,5 +1,6 @@
 // The reclaim side of an audit: the product's own path (Model, Session,
 // generate), measured at every phase.
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
@@ -77,6 +78,8 @@ SideResult run_reclaim_cycles(const CycleOptions& o) {
     generate(session, greedy_request(o, model.vocab()));
   }
   if (o.scenario == Scenario::load_abort) load.progress = [&](float p) { return p < o.abort_at; };
+  // An accelerator's runtime state is on the ledger from start-up to exit.
+  const LedgerTotals at_start = Ledger::process().totals();
   rec.set_baseline(Usage::capture());
 
   double prompt_ms = 20;  // until the first request has measured it
@@ -103,8 +106,8 @@ SideResult run_reclaim_cycles(const CycleOptions& o) {
       rec.sample("aborted");
     }
     leak_on_purpose(o.test_leak, false);
-    LedgerTotals t = Ledger::process().totals();
-    rec.end_cycle(t.count, t.bytes);
+    const LedgerTotals t = Ledger::process().totals();
+    rec.end_cycle(t.count - std::min(t.count, at_start.count), t.bytes - std::min(t.bytes, at_start.bytes));
   }
   out.failed_releases = Ledger::process().failed_releases();
   return out;

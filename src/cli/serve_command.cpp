@@ -220,11 +220,23 @@ int serve(const Args& a) {
 
   serve_until_stopped(std::move(opts), model_specs(a), so, a.preload, stop_signals, shutdown_timeout);
   // Read once everything with threads or models is gone: the HTTP threads,
-  // the reaper and the vetter are on the ledger while they live.
-  const LedgerTotals left = Ledger::process().totals();
+  // the reaper and the vetter are on the ledger while they live. An
+  // accelerator's runtime state goes only with the process: said apart.
+  LedgerTotals left;
+  std::vector<LedgerEntry> leftover;
+  for (LedgerEntry& e : Ledger::process().entries()) {
+    if (e.kind == Kind::device_state) {
+      std::fprintf(stderr, "reclaim: device runtime state, freed at exit: %s (%s)\n",
+                   format_bytes(static_cast<int64_t>(e.all_bytes())).c_str(), e.label.c_str());
+      continue;
+    }
+    ++left.count;
+    left.bytes += e.all_bytes();
+    leftover.push_back(std::move(e));
+  }
   std::fprintf(stderr, "reclaim: stopped; ledger: %llu entries, %s\n", static_cast<unsigned long long>(left.count),
                format_bytes(static_cast<int64_t>(left.bytes)).c_str());
-  for (const LedgerEntry& e : Ledger::process().entries()) {
+  for (const LedgerEntry& e : leftover) {
     std::fprintf(stderr, "reclaim:   left: %s %s '%s' %s\n", std::string(kind_name(e.kind)).c_str(), e.owner.c_str(),
                  e.label.c_str(), format_bytes(static_cast<int64_t>(e.bytes)).c_str());
   }

@@ -20,12 +20,13 @@ enum class Kind {
   thread,
   process,  // a child process, from its start until it is reaped
   device_buffer,
+  device_state,  // an accelerator's runtime state (driver, compiled pipelines), freed only at exit
   other,
 };
 
 inline constexpr Kind kAllKinds[] = {Kind::model,  Kind::context, Kind::batch,  Kind::sampler,
                                      Kind::buffer, Kind::mmap,    Kind::fd,     Kind::thread,
-                                     Kind::process, Kind::device_buffer, Kind::other};
+                                     Kind::process, Kind::device_buffer, Kind::device_state, Kind::other};
 
 // Bytes of an entry that are an accelerator's memory (a model's offloaded
 // weights, a context's KV cache and compute buffers there), by device name

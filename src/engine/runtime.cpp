@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <mutex>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -22,6 +23,18 @@ namespace {
 
 std::atomic<bool> g_verbose{false};
 std::atomic<bool> g_started{false};
+
+// The device-state entry of the running Runtime (note_runtime_idle).
+struct DeviceState {
+  std::mutex mu;
+  Scope* scope = nullptr;
+  CleanupId id = 0;
+  int64_t at_start = 0;       // heap the device's start-up took
+  bool has_reference = false;
+  int64_t reference = 0;      // heap in use at the first call: nothing loaded yet
+  int64_t most_beyond = 0;    // the most held beyond that with no model loaded
+};
+DeviceState g_device_state;
 // A plain buffer, not a std::string: a thread_local with a destructor is
 // registered with glibc on its thread's first use, which takes memory, and
 // glibc ends the process when that fails (found by tests/fault_injection_
@@ -74,10 +87,13 @@ namespace {
 // An accelerator's driver context (CUDA's primary context, a Vulkan device)
 // is made on first use and kept until exit; made here, it is in the baseline
 // rather than charged to the first model as device memory that never returns.
-void warm_accelerators() {
+// Returns the heap it took, which stays with the driver.
+int64_t warm_accelerators() {
+  const auto before = static_cast<int64_t>(heap_stats().in_use);
   for (ggml_backend_dev_t dev : accelerator_devices()) {
     if (ggml_backend_t b = ggml_backend_dev_init(dev, nullptr)) ggml_backend_free(b);
   }
+  return std::max<int64_t>(0, static_cast<int64_t>(heap_stats().in_use) - before);
 }
 
 #ifdef RECLAIM_GGML_BACKEND_DL
@@ -115,7 +131,7 @@ Runtime::Runtime(RuntimeOptions options) {
 #endif
   llama_backend_init();  // ggml's f16/GELU tables and the backend registry
   set_device_probe(probe_devices);
-  warm_accelerators();
+  const int64_t device_heap = warm_accelerators();
   warm_thread_stack_cache();
   warm_tokenizer_tables();
   warm_cpu_buffer_types();
@@ -123,9 +139,28 @@ Runtime::Runtime(RuntimeOptions options) {
   // model's: give it back before the baseline.
   release_free_heap();
   after_ = Usage::capture();
+  std::string devices;
+  for (ggml_backend_dev_t dev : accelerator_devices()) devices += (devices.empty() ? "" : ", ") + std::string(ggml_backend_dev_name(dev));
+  if (!devices.empty()) {
+    scope_ = std::make_unique<Scope>("runtime");
+    // Nothing to free: the driver's state goes with the process.
+    const CleanupId id = scope_->add(Kind::device_state, devices + ": driver state and compiled shader pipelines, freed at exit",
+                                     static_cast<uint64_t>(device_heap), [] {});
+    std::lock_guard lock(g_device_state.mu);
+    g_device_state.scope = scope_.get();
+    g_device_state.id = id;
+    g_device_state.at_start = device_heap;
+    g_device_state.has_reference = false;
+    g_device_state.most_beyond = 0;
+  }
 }
 
 Runtime::~Runtime() {
+  {
+    std::lock_guard lock(g_device_state.mu);
+    g_device_state.scope = nullptr;
+  }
+  scope_.reset();
   set_device_probe(nullptr);
   llama_backend_free();
   llama_log_set(nullptr, nullptr);
@@ -144,6 +179,22 @@ std::string Runtime::warmed() const {
 #endif
   return loaded + "llama_backend_init (ggml f16/GELU tables, backend registry: " + names +
          "), accelerator contexts, llama's unicode tables, ggml's CPU buffer types, glibc's thread-stack cache";
+}
+
+void note_runtime_idle() {
+  std::lock_guard lock(g_device_state.mu);
+  DeviceState& d = g_device_state;
+  if (!d.scope) return;
+  const auto in_use = static_cast<int64_t>(heap_stats().in_use);
+  if (!d.has_reference) {
+    d.has_reference = true;
+    d.reference = in_use;
+    return;
+  }
+  const int64_t beyond = in_use - d.reference;
+  if (beyond <= d.most_beyond) return;
+  d.most_beyond = beyond;
+  d.scope->resize(d.id, static_cast<uint64_t>(d.at_start + d.most_beyond));
 }
 
 std::string take_llama_errors() {

@@ -4,8 +4,10 @@
 // named and sized here rather than showing up as a leak of the first load.
 #pragma once
 
+#include <memory>
 #include <string>
 
+#include "core/scope.h"
 #include "core/usage.h"
 
 namespace reclaim {
@@ -29,7 +31,20 @@ class Runtime {
 
  private:
   Usage before_, after_;
+  // Where an accelerator is: its runtime state on the ledger (see
+  // note_runtime_idle), owned by the process until exit.
+  std::unique_ptr<Scope> scope_;
 };
+
+// Where an accelerator is, the ledger holds one entry "device_state" under
+// "runtime": the driver's state and the shader pipelines a backend compiles
+// the first time a graph needs them and keeps until the process exits
+// (docs/devices.md). Nothing can give them back but the exit, so they are
+// shown rather than counted as a leak. Its bytes are the heap that start-up
+// took for the device, plus the most the heap has held, at a moment when no
+// model was loaded, beyond what it held at the first call. The registry
+// calls it once it is built and whenever its last loaded model is gone.
+void note_runtime_idle();
 
 // Fills glibc's cache of thread stacks (40 MiB, about 5 default stacks), so
 // that worker threads started and joined later reuse cached stacks rather

@@ -10,6 +10,7 @@
 #include "core/ledger.h"
 #include "core/size.h"
 #include "engine/batcher.h"
+#include "engine/runtime.h"
 #include "engine/model_info.h"
 #include "runtime/registry_entry.h"
 
@@ -78,6 +79,7 @@ Registry::Registry(RegistryOptions options, std::vector<ModelSpec> models)
   reaper_ = std::thread([this] { reaper(); });
   // The reaper's one release site; if the arm fails, it runs at once.
   reaper_cleanup_ = slot.arm(0, [this] { stop_reaper(); });
+  note_runtime_idle();  // nothing is loaded yet: the reference
 }
 
 Registry::~Registry() {
@@ -313,6 +315,12 @@ void Registry::finish_unload_locked(std::unique_lock<std::mutex>& lock, Entry& e
   e.expires = Steady::time_point::max();
   ++e.unloads;
   e.last_unload_ms = ms;
+  // The last model gone: what the heap still holds beyond the start is the
+  // accelerator's (its pipelines), for the ledger's device-state entry.
+  const bool none_loaded = std::all_of(entries_.begin(), entries_.end(), [](const Entry& o) {
+    return o.state == ModelState::unloaded;
+  });
+  if (none_loaded) note_runtime_idle();
   cv_.notify_all();
 }
 

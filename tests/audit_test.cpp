@@ -14,25 +14,13 @@
 #include <vector>
 
 #include "arch_models.h"
+#include "audit_report.h"
 #include "cli_support.h"
 #include "temp_path.h"
 
 namespace {
 
 using namespace reclaim::testing;
-
-nlohmann::json audit_json(const std::string& args, int expect_status) {
-  // Tests run in parallel processes: each writes its own report.
-  std::string json = reclaim::testing::temp_path("audit_out.json");
-  std::remove(json.c_str());
-  Result r = run("audit " + args + " --json " + json);
-  EXPECT_EQ(r.status, expect_status) << r.out;
-  std::ifstream f(json);
-  if (!f) return {};
-  nlohmann::json j = nlohmann::json::parse(f);
-  std::remove(json.c_str());
-  return j;
-}
 
 const nlohmann::json* check(const nlohmann::json& scenario, const std::string& name) {
   for (const auto& c : scenario["checks"]) {

@@ -6,10 +6,12 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "audit_report.h"
 #include "cli_support.h"
 #include "served.h"
 #include "temp_path.h"
@@ -19,16 +21,6 @@ namespace {
 using namespace reclaim::testing;
 using nlohmann::json;
 
-json audit_json(const std::string& args, int expect_status) {
-  const std::string path = temp_path("device_audit.json");
-  std::remove(path.c_str());
-  Result r = run("audit " + args + " --json " + path);
-  EXPECT_EQ(r.status, expect_status) << r.out << r.err;
-  std::ifstream f(path);
-  if (!f) return {};
-  return json::parse(f);
-}
-
 TEST(Device, TheVulkanDeviceIsThereAndTheModelGoesOnIt) {
   Result r = run("run -m " + spm() + " -p hello -n 2 --temp 0 --verbose --trust-models");
   ASSERT_EQ(r.status, 0) << r.out;
@@ -37,6 +29,17 @@ TEST(Device, TheVulkanDeviceIsThereAndTheModelGoesOnIt) {
   r = run("run -m " + spm() + " -p hello -n 2 --temp 0 --verbose --trust-models --gpu-layers 0");
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("offloaded 0/3 layers to GPU"), std::string::npos) << r.out;
+}
+
+// The backends are libraries loaded at start-up: a folder without them is a
+// clear error, not a crash.
+TEST(Device, AFolderWithoutBackendsIsAClearError) {
+  const std::string model = spm();  // written before the folder is taken away
+  ::setenv("RECLAIM_GGML_BACKEND_DIR", "/nonexistent", 1);
+  Result r = run("run -m " + model + " -p hello -n 2");
+  ::unsetenv("RECLAIM_GGML_BACKEND_DIR");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("no ggml CPU backend could be loaded from '/nonexistent'"), std::string::npos) << r.out;
 }
 
 // Every scenario, on the device, reclaim and raw llama.cpp side by side,
@@ -99,10 +102,10 @@ TEST(DeviceServe, LoadChatUnloadReturnsToThePostWarmUpLevel) {
     // and the ledger says so, apart from host memory.
     const json m = s.model("spm");
     EXPECT_EQ(m["state"], "loaded") << m.dump();
-    EXPECT_GT(m["bytes_by_device"].value("Vulkan0", int64_t{0}), 1 << 20) << m.dump();
+    EXPECT_GT(m["bytes_by_device"].value("vulkan0", int64_t{0}), 1 << 20) << m.dump();
     EXPECT_GT(m["bytes_by_device"].value("host", int64_t{0}), 0) << m.dump();
     const json ledger = s.get("/v1/resources")["ledger"];
-    EXPECT_GT(ledger["by_device"]["Vulkan0"]["bytes"].get<int64_t>(), 1 << 20) << ledger["by_device"].dump();
+    EXPECT_GT(ledger["by_device"]["vulkan0"]["bytes"].get<int64_t>(), 1 << 20) << ledger["by_device"].dump();
     int placed = 0;
     for (const json& e : ledger["entries"]) placed += e.contains("device_bytes") ? 1 : 0;
     EXPECT_EQ(placed, 2) << "the model's entry and its batch context's";

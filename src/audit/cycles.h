@@ -148,7 +148,7 @@ void leak_on_purpose(const std::string& what, bool in_request);
 // time a graph needs it and keeps it (and the driver's threads) until the
 // process exits, so the first cycle's residue is one-time state, not a leak.
 // Both sides warm the same way; the report shows what it took.
-bool warm_device_first(const CycleOptions& o, SideResult& out);
+bool warm_device_first(SideResult& out);
 
 SideResult run_reclaim_cycles(const CycleOptions& o);
 SideResult run_raw_cycles(const CycleOptions& o);

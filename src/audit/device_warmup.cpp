@@ -4,9 +4,8 @@
 
 namespace reclaim::audit {
 
-bool warm_device_first(const CycleOptions&, SideResult& out) {
-  std::string names;
-  for (ggml_backend_dev_t dev : accelerator_devices()) names += (names.empty() ? "" : ", ") + std::string(ggml_backend_dev_name(dev));
+bool warm_device_first(SideResult& out) {
+  const std::string names = accelerator_names();
   if (names.empty()) return false;
   out.devices = names;
   out.device_warm_before = Usage::capture();

@@ -36,6 +36,14 @@ inline llama_load_mode raw_load_mode(const std::string& m) {
   return LLAMA_LOAD_MODE_MMAP;
 }
 
+// The audit's model, loaded as a plain program loads it.
+inline llama_model_params raw_model_params(const CycleOptions& o) {
+  llama_model_params mp = llama_model_default_params();
+  mp.load_mode = raw_load_mode(o.load_mode);
+  mp.n_gpu_layers = o.gpu_layers;
+  return mp;
+}
+
 // The audit's --threads, or every core, as a plain program would take.
 inline int raw_threads(const CycleOptions& o) {
   return o.n_threads > 0 ? o.n_threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));

@@ -114,11 +114,8 @@ SideResult run_raw_cycles(const CycleOptions& o) {
   Recorder rec(out);
   rec.reserve(o.cycles, has_requests(o.scenario) ? o.requests : 0);
   const int threads = raw_threads(o);
-  if (warm_device_first(o, out)) {
-    llama_model_params mp = llama_model_default_params();
-    mp.load_mode = raw_load_mode(o.load_mode);
-    mp.n_gpu_layers = o.gpu_layers;
-    llama_model* model = llama_model_load_from_file(o.model.c_str(), mp);
+  if (warm_device_first(out)) {
+    llama_model* model = llama_model_load_from_file(o.model.c_str(), raw_model_params(o));
     if (!model) throw Error("raw side: cannot load '" + o.model + "'");
     raw_request(model, o, threads, nullptr, 0, nullptr);
     llama_model_free(model);
@@ -128,9 +125,7 @@ SideResult run_raw_cycles(const CycleOptions& o) {
   double prompt_ms = 20;
   for (int c = 0; c < o.cycles; ++c) {
     rec.begin_cycle(c);
-    llama_model_params mp = llama_model_default_params();
-    mp.load_mode = raw_load_mode(o.load_mode);
-    mp.n_gpu_layers = o.gpu_layers;
+    llama_model_params mp = raw_model_params(o);
     AbortAt abort_at{o.scenario == Scenario::load_abort ? o.abort_at : 2.0f};
     mp.progress_callback = on_progress;
     mp.progress_callback_user_data = &abort_at;

@@ -35,10 +35,7 @@ struct Loaded {
 };
 
 void load(Loaded& l, const CycleOptions& o, int which, int threads) {
-  llama_model_params mp = llama_model_default_params();
-  mp.load_mode = raw_load_mode(o.load_mode);
-  mp.n_gpu_layers = o.gpu_layers;
-  l.model = llama_model_load_from_file(o.model.c_str(), mp);
+  l.model = llama_model_load_from_file(o.model.c_str(), raw_model_params(o));
   if (!l.model) throw Error("raw side: cannot load '" + o.model + "'");
   l.ctx = llama_init_from_model(l.model, serve_context_params(o, threads));
   if (!l.ctx) throw Error("raw side: cannot create a context");
@@ -190,7 +187,7 @@ SideResult run_raw_serve_cycles(const CycleOptions& o) {
   size_t most_waves = 0;
   for (int c = 0; c < o.cycles; ++c) most_waves = std::max(most_waves, plan_serve_cycle(o, c).waves.size());
   rec.reserve(o.cycles, static_cast<int>(most_waves));
-  if (warm_device_first(o, out)) {
+  if (warm_device_first(out)) {
     for (const ServeCycle& plan : serve_warmup_cycles(o)) raw_serve_cycle(o, plan, threads, n_seq, nullptr);
   }
   rec.set_baseline(Usage::capture());

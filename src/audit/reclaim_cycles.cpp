@@ -72,7 +72,7 @@ SideResult run_reclaim_cycles(const CycleOptions& o) {
   load.n_threads = o.n_threads;
   load.n_gpu_layers = o.gpu_layers;
   load.progress = [](float) { return true; };
-  if (warm_device_first(o, out)) {
+  if (warm_device_first(out)) {
     Model model(load);
     Session session(model, session_options(o));
     generate(session, greedy_request(o, model.vocab()));

@@ -199,7 +199,7 @@ SideResult run_reclaim_serve_cycles(const CycleOptions& o) {
   for (int c = 0; c < o.cycles; ++c) most_waves = std::max(most_waves, plan_serve_cycle(o, c).waves.size());
   rec.reserve(o.cycles, static_cast<int>(most_waves));
   double prompt_ms = 20;  // until a request has measured it
-  if (warm_device_first(o, out)) {
+  if (warm_device_first(out)) {
     for (const ServeCycle& plan : serve_warmup_cycles(o)) run_cycle(registry, pool, o, plan, prompt_ms, nullptr);
   }
   const LedgerTotals at_start = Ledger::process().totals();

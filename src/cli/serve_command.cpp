@@ -29,12 +29,7 @@ namespace {
 // A budget for a place that is not here would never count anything: said at
 // start-up, with the places there are.
 void check_budget_places(const MemoryBudget& budget) {
-  std::vector<std::string> here = {kHostMemory};
-  for (ggml_backend_dev_t dev : accelerator_devices()) {
-    std::string name = ggml_backend_dev_name(dev);
-    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    here.push_back(name);
-  }
+  const std::vector<std::string> here = places_here();
   for (const auto& [place, bytes] : budget.at) {
     if (std::find(here.begin(), here.end(), place) != here.end()) continue;
     std::string list;

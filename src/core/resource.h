@@ -29,8 +29,8 @@ inline constexpr Kind kAllKinds[] = {Kind::model,  Kind::context, Kind::batch,  
                                      Kind::process, Kind::device_buffer, Kind::device_state, Kind::other};
 
 // Bytes of an entry that are an accelerator's memory (a model's offloaded
-// weights, a context's KV cache and compute buffers there), by device name
-// as ggml names it ("Vulkan0", "CUDA0").
+// weights, a context's KV cache and compute buffers there), by the device's
+// place name: ggml's name in lower case ("vulkan0", "cuda0").
 struct DeviceBytes {
   std::string device;
   uint64_t bytes = 0;

@@ -142,26 +142,20 @@ bool Scope::forget(CleanupId id) {
   return true;
 }
 
-void Scope::resize(CleanupId id, uint64_t bytes) {
-  uint64_t ledger_id = 0;
-  {
-    std::lock_guard lock(mu_);
-    for (const Cleanup& c : cleanups_) {
-      if (c.id == id && c.armed) ledger_id = c.ledger_id;
-    }
+uint64_t Scope::ledger_id_of(CleanupId id) const {
+  std::lock_guard lock(mu_);
+  for (const Cleanup& c : cleanups_) {
+    if (c.id == id && c.armed) return c.ledger_id;
   }
-  if (ledger_id) ledger_->resize(ledger_id, bytes);
+  return 0;
+}
+
+void Scope::resize(CleanupId id, uint64_t bytes) {
+  if (const uint64_t ledger_id = ledger_id_of(id)) ledger_->resize(ledger_id, bytes);
 }
 
 void Scope::place(CleanupId id, uint64_t host, std::vector<DeviceBytes> devices) {
-  uint64_t ledger_id = 0;
-  {
-    std::lock_guard lock(mu_);
-    for (const Cleanup& c : cleanups_) {
-      if (c.id == id && c.armed) ledger_id = c.ledger_id;
-    }
-  }
-  if (ledger_id) ledger_->place(ledger_id, host, std::move(devices));
+  if (const uint64_t ledger_id = ledger_id_of(id)) ledger_->place(ledger_id, host, std::move(devices));
 }
 
 void Scope::close() noexcept { close_impl(false); }

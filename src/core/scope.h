@@ -93,6 +93,8 @@ class Scope {
   void adopt(Scope* child);
   void disown(Scope* child);
   void check_open_locked() const;
+  // The ledger entry of an armed cleanup, or 0.
+  uint64_t ledger_id_of(CleanupId id) const;
 
   std::string name_;
   std::string path_;

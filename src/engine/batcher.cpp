@@ -60,8 +60,9 @@ Batcher::Batcher(Model& model, const BatcherOptions& o)
   llama_context_params cp = batch_context_params(o, model.info().n_ctx_train, model.n_threads());
   cp.abort_callback = abort_poll;
   cp.abort_callback_data = this;
-  ctx_ = new_context(scope_, model.get(), cp, model.threadpool());
-  model.note_context(ctx_.get());
+  ContextPlacement where;
+  ctx_ = new_context(scope_, model.get(), cp, model.threadpool(), &where);
+  model.place_weights(where);
   n_ctx_seq_ = static_cast<int32_t>(llama_n_ctx_seq(ctx_.get()));
   n_batch_ = static_cast<int32_t>(cp.n_batch);
   batch_ = new_batch(scope_, n_batch_, 1);
@@ -217,7 +218,9 @@ void Batcher::retire(Job& job, bool cancelled) noexcept {
     std::lock_guard lock(mu_);
     slots_[static_cast<size_t>(job.seq)] = nullptr;
     --active_;
-    idle = active_ == 0 && pending_.empty();
+    // Not when stopping: the unload that stops the batch gives the heap
+    // back once, after everything.
+    idle = active_ == 0 && pending_.empty() && !stopping_;
   }
   // The batch went idle: what its steps freed goes back to the OS before the
   // last request is answered, so that a loaded model idles at the size of

@@ -48,20 +48,12 @@ Batcher& Model::start_batcher(const BatcherOptions& options) {
   return *batcher_;
 }
 
-void Model::note_context(const llama_context* ctx) {
+void Model::place_weights(const ContextPlacement& where) {
   std::lock_guard lock(placed_mu_);
-  if (placed_ || !model_) return;
-  ContextPlacement p = placement_of(ctx);
-  if (!p.known) return;
+  if (placed_ || !model_ || !where.known) return;
   placed_ = true;
-  weights_ = p.model;
-  const uint64_t device = weights_.device_total();
-  if (device > 0) scope_->place(model_.id(), entry_bytes_ > device ? entry_bytes_ - device : 0, weights_.devices);
-}
-
-Placement Model::weights() const {
-  std::lock_guard lock(placed_mu_);
-  return weights_;
+  const uint64_t device = where.model.device_total();
+  if (device > 0) scope_->place(model_.id(), entry_bytes_ > device ? entry_bytes_ - device : 0, where.model.devices);
 }
 
 void Model::unload() noexcept {

@@ -19,7 +19,6 @@
 #include "core/scope.h"
 #include "engine/model_info.h"
 #include "engine/owners.h"
-#include "engine/placement.h"
 
 namespace reclaim {
 
@@ -55,12 +54,11 @@ class Model {
   Batcher& start_batcher(const BatcherOptions& options);
   Batcher* batcher() { return batcher_.get(); }
 
-  // Splits the model's ledger entry into host and device bytes by where
-  // `ctx`, a context of this model, says the weights are (llama.cpp tells it
-  // only of a context). The first call does it; later ones return at once.
-  void note_context(const llama_context* ctx);
-  // The weights' place, once a context was made (engine/placement.h).
-  Placement weights() const;
+  // Splits the model's ledger entry into host and device bytes by where a
+  // context of this model says the weights are (llama.cpp tells it only of
+  // a context: new_context's `where`). The first call does it; later ones
+  // return at once.
+  void place_weights(const ContextPlacement& where);
 
   // Closes the scope now: live sessions first, then the model. Using the
   // model afterwards is an error; a second call does nothing.
@@ -77,9 +75,8 @@ class Model {
   int32_t n_threads_ = 1;
   uint64_t entry_bytes_ = 0;
   std::mutex decode_mu_;
-  mutable std::mutex placed_mu_;
+  std::mutex placed_mu_;
   bool placed_ = false;
-  Placement weights_;
 };
 
 }  // namespace reclaim

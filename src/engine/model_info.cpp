@@ -11,6 +11,7 @@
 #include "core/size.h"
 #include "core/usage.h"
 #include "engine/devices.h"
+#include "engine/placement.h"
 #include "engine/runtime.h"
 
 // llama_get_memory_breakdown lives in llama.cpp's staging header, which is
@@ -25,11 +26,6 @@
 namespace reclaim {
 
 namespace {
-
-std::string lower_case(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
 
 std::string meta(const llama_model* m, const char* key) {
   char buf[512];
@@ -97,12 +93,12 @@ MemoryEstimate estimate_memory(const ModelLoad& load, const llama_context_params
   Defer free_ctx([ctx] { llama_free(ctx); });
   e.context_overhead = std::max<int64_t>(0, heap_in_use() - heap_before_ctx);
   for (const auto& [buft, mb] : llama_get_memory_breakdown(ctx)) {
-    const bool host = ggml_backend_buft_is_host(buft);
+    const std::string place = place_of(buft);
+    const bool host = place == kHostMemory;
     (host ? e.model_host : e.model_device) += static_cast<int64_t>(mb.model);
     (host ? e.context_host : e.context_device) += static_cast<int64_t>(mb.context);
     (host ? e.compute_host : e.compute_device) += static_cast<int64_t>(mb.compute);
-    ggml_backend_dev_t dev = ggml_backend_buft_get_device(buft);
-    if (!host && dev) e.device_by_name[lower_case(ggml_backend_dev_name(dev))] += static_cast<int64_t>(mb.total());
+    if (!host) e.device_by_name[place] += static_cast<int64_t>(mb.total());
   }
   e.exact = true;
 #else

@@ -47,8 +47,8 @@ struct MemoryEstimate {
   // context (measured: 20 MiB for a 2-layer model at n_ubatch 256).
   int64_t model_overhead = 0, context_overhead = 0;
   bool exact = false;  // from llama.cpp's own simulated allocation, not a formula
-  // The device bytes above by accelerator, named as ggml names it in lower
-  // case ("vulkan0"): what a budget for each device counts.
+  // The device bytes above by accelerator, by place name ("vulkan0",
+  // engine/devices.h): what a budget for each device counts.
   std::map<std::string, int64_t> device_by_name;
   int64_t host() const { return model_host + context_host + compute_host + model_overhead + context_overhead; }
   int64_t device() const { return model_device + context_device + compute_device; }

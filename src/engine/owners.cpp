@@ -13,7 +13,6 @@
 #include "core/heap.h"
 #include "core/locked.h"
 #include "core/usage.h"
-#include "engine/placement.h"
 #include "engine/runtime.h"
 #include "engine/threadpool_api.h"
 
@@ -155,7 +154,7 @@ Owned<ggml_threadpool> new_threadpool(Scope& scope, int32_t n_threads, uint32_t 
 }
 
 Owned<llama_context> new_context(Scope& scope, llama_model* model, const llama_context_params& params,
-                                 ggml_threadpool* pool) {
+                                 ggml_threadpool* pool, ContextPlacement* where) {
   // Worker threads created once rather than for every graph (ggml's default
   // without a pool). A context of its own pool registers it first, so that
   // the context is freed before its threads are joined.
@@ -181,16 +180,17 @@ Owned<llama_context> new_context(Scope& scope, llama_model* model, const llama_c
   const uint64_t bytes = static_cast<uint64_t>(std::max<int64_t>(0, allocated() - before));
   // What of it is on an accelerator, by llama.cpp's own account; the rest of
   // what creation took is host memory.
-  ContextPlacement where;
+  ContextPlacement placed;
   try {
-    where = placement_of(ctx);
+    placed = placement_of(ctx);
   } catch (...) {
     llama_free(ctx);
     throw;
   }
   CleanupId id = slot.arm(bytes, [ctx] { llama_free(ctx); });
-  const uint64_t device = where.context.device_total();
-  if (device > 0) scope.place(id, bytes > device ? bytes - device : 0, std::move(where.context.devices));
+  const uint64_t device = placed.context.device_total();
+  if (device > 0) scope.place(id, bytes > device ? bytes - device : 0, placed.context.devices);
+  if (where) *where = std::move(placed);
   return {ctx, &scope, id};
 }
 

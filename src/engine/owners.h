@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "core/scope.h"
+#include "engine/placement.h"
 
 namespace reclaim {
 
@@ -82,8 +83,11 @@ Owned<llama_model> load_model(Scope& scope, const ModelLoad& load, uint64_t* byt
 Owned<ggml_threadpool> new_threadpool(Scope& scope, int32_t n_threads, uint32_t poll = 50);
 // `pool`: the threads the context decodes on, owned by the caller's scope;
 // null: the context gets a pool of its own, registered before it in `scope`.
+// The context's ledger entry is split by where its buffers are; `where`,
+// when given, gets that breakdown, with the model's weights (Model::
+// place_weights).
 Owned<llama_context> new_context(Scope& scope, llama_model* model, const llama_context_params& params,
-                                 ggml_threadpool* pool = nullptr);
+                                 ggml_threadpool* pool = nullptr, ContextPlacement* where = nullptr);
 Owned<llama_batch> new_batch(Scope& scope, int32_t n_tokens, int32_t n_seq_max);
 Owned<llama_sampler> new_sampler_chain(Scope& scope, std::string label);
 

@@ -1,8 +1,6 @@
 #include "engine/placement.h"
 
-#include <ggml-backend.h>
-
-#include <string>
+#include "engine/devices.h"
 
 // llama_get_memory_breakdown is in llama.cpp's staging header (see
 // model_info.cpp).
@@ -18,17 +16,23 @@ uint64_t Placement::device_total() const {
   return n;
 }
 
+std::string place_of(ggml_backend_buffer_type_t buft) {
+  ggml_backend_dev_t dev = ggml_backend_buft_get_device(buft);
+  if (ggml_backend_buft_is_host(buft) || !dev || ggml_backend_dev_type(dev) == GGML_BACKEND_DEVICE_TYPE_CPU) {
+    return kHostMemory;
+  }
+  return device_place(dev);
+}
+
 namespace {
 
 void add(Placement& p, ggml_backend_buffer_type_t buft, uint64_t bytes) {
   if (bytes == 0) return;
-  ggml_backend_dev_t dev = ggml_backend_buft_get_device(buft);
-  // A device's host buffers (pinned staging memory) are host memory.
-  if (ggml_backend_buft_is_host(buft) || !dev || ggml_backend_dev_type(dev) == GGML_BACKEND_DEVICE_TYPE_CPU) {
+  const std::string name = place_of(buft);
+  if (name == kHostMemory) {
     p.host += bytes;
     return;
   }
-  const std::string name = ggml_backend_dev_name(dev);
   for (DeviceBytes& d : p.devices) {
     if (d.device == name) {
       d.bytes += bytes;

@@ -4,9 +4,11 @@
 // apart, since host RAM and VRAM are not one pool.
 #pragma once
 
+#include <ggml-backend.h>
 #include <llama.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/resource.h"
@@ -26,5 +28,9 @@ struct ContextPlacement {
 };
 
 ContextPlacement placement_of(const llama_context* ctx);
+
+// Where a buffer type's memory is: kHostMemory (a device's pinned host
+// buffers too), or the device's place name (engine/devices.h).
+std::string place_of(ggml_backend_buffer_type_t buft);
 
 }  // namespace reclaim

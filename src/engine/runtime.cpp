@@ -139,8 +139,7 @@ Runtime::Runtime(RuntimeOptions options) {
   // model's: give it back before the baseline.
   release_free_heap();
   after_ = Usage::capture();
-  std::string devices;
-  for (ggml_backend_dev_t dev : accelerator_devices()) devices += (devices.empty() ? "" : ", ") + std::string(ggml_backend_dev_name(dev));
+  const std::string devices = accelerator_names();
   if (!devices.empty()) {
     scope_ = std::make_unique<Scope>("runtime");
     // Nothing to free: the driver's state goes with the process.

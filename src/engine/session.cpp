@@ -50,8 +50,9 @@ Session::Session(Model& model, const SessionOptions& o, const CancelToken* cance
     cp.abort_callback = on_abort_poll;
     cp.abort_callback_data = const_cast<CancelToken*>(cancel_);
   }
-  ctx_ = new_context(scope_, model.get(), cp, model.threadpool());
-  model.note_context(ctx_.get());
+  ContextPlacement where;
+  ctx_ = new_context(scope_, model.get(), cp, model.threadpool(), &where);
+  model.place_weights(where);
   // llama.cpp may round the context up (to a multiple of its padding).
   n_ctx_ = static_cast<int32_t>(llama_n_ctx(ctx_.get()));
   batch_ = new_batch(scope_, n_batch_, 1);

@@ -30,27 +30,21 @@ namespace {
 
 double ms_since(Steady::time_point t) { return std::chrono::duration<double, std::milli>(Steady::now() - t).count(); }
 
-bool under(const LedgerEntry& e, const std::string& path) {
-  return e.owner == path || e.owner.rfind(path + "/", 0) == 0;
-}
-
-// Host and device bytes together.
-int64_t ledger_bytes_under(const std::string& path) {
-  int64_t bytes = 0;
+// The bytes on the ledger under a scope path, by place.
+Places ledger_places_under(const std::string& path) {
+  Places out{{kHostMemory, 0}};
   for (const LedgerEntry& e : Ledger::process().entries()) {
-    if (under(e, path)) bytes += static_cast<int64_t>(e.all_bytes());
-  }
-  return bytes;
-}
-
-std::map<std::string, int64_t> ledger_places_under(const std::string& path) {
-  std::map<std::string, int64_t> out{{kHostMemory, 0}};
-  for (const LedgerEntry& e : Ledger::process().entries()) {
-    if (!under(e, path)) continue;
+    if (e.owner != path && e.owner.rfind(path + "/", 0) != 0) continue;
     out[kHostMemory] += static_cast<int64_t>(e.bytes);
     for (const DeviceBytes& d : e.devices) out[d.device] += static_cast<int64_t>(d.bytes);
   }
   return out;
+}
+
+int64_t sum(const Places& p) {
+  int64_t n = 0;
+  for (const auto& [place, bytes] : p) n += bytes;
+  return n;
 }
 
 }  // namespace
@@ -219,7 +213,7 @@ void Registry::load_locked(std::unique_lock<std::mutex>& lock, Entry& e, int64_t
     throw;
   }
   const double ms = ms_since(t0);
-  const int64_t actual = ledger_bytes_under(model->scope().path());
+  const int64_t actual = sum(ledger_places_under(model->scope().path()));
   if (options_.log || log_topic_enabled("models")) {
     // The estimate is checked against what the load took: the ledger has the
     // weights now; contexts are added as requests come.
@@ -384,7 +378,7 @@ ModelStatus Registry::status_locked(const Entry& e) const {
   s.estimate_by_device = e.estimate_at;
   if (e.model && e.state == ModelState::loaded) {
     s.bytes_by_device = ledger_places_under(e.model->scope().path());
-    for (const auto& [place, bytes] : s.bytes_by_device) s.loaded_bytes += bytes;
+    s.loaded_bytes = sum(s.bytes_by_device);
   }
   s.loads = e.loads;
   s.unloads = e.unloads;

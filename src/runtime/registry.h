@@ -153,8 +153,8 @@ struct ModelStatus {
   int64_t estimate = 0;      // bytes the budget counts (host + device), 0 before the first load
   Places estimate_by_device;  // the same by place: what a budget for each place counts
   int64_t loaded_bytes = 0;  // on the ledger under the model's scope, while loaded
-  // The same by where they are: "host", then each accelerator ("Vulkan0").
-  std::map<std::string, int64_t> bytes_by_device;
+  // The same by where they are: "host", then each accelerator ("vulkan0").
+  Places bytes_by_device;
   uint64_t loads = 0, unloads = 0;
   double last_load_ms = 0, last_unload_ms = 0;
   std::chrono::system_clock::time_point last_use{};

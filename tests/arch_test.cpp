@@ -21,7 +21,9 @@
 
 using namespace reclaim;
 using reclaim::testing::request_entries;
+using reclaim::testing::cells_left;
 using reclaim::testing::sequence_empty;
+using reclaim::testing::sequence_holds_its_cache;
 using reclaim::testing::eventually;
 using reclaim::testing::ready_within;
 using reclaim::testing::Arch;
@@ -81,8 +83,41 @@ TEST_P(ArchBatch, RequestsDecodedTogetherGetTheTokensEachGetsAlone) {
     generated += r.tokens.size();
   }
   EXPECT_LT(b.steps(), generated) << "the requests did not decode together";
-  for (int32_t s = 0; s < b.n_seq(); ++s) EXPECT_TRUE(sequence_empty(b, s)) << "sequence " << s;
+  // Each left its cells for the prompt cache, and no more.
+  for (int32_t s = 0; s < b.n_seq(); ++s) EXPECT_TRUE(sequence_holds_its_cache(b, s)) << "sequence " << s;
+  EXPECT_EQ(b.cached_tokens(), 20u + 9 + 31 + 3 * 15);  // each prompt, and 15 of its 16 tokens
   EXPECT_EQ(request_entries(), 0u);
+}
+
+// A next turn on the prompt cache gets the tokens it gets alone, on every
+// kind of memory: a KV cache cut where the new prompt leaves the cached
+// one, a sliding window, a recurrent state kept whole when the new prompt
+// extends all of it.
+TEST_P(ArchBatch, ANextTurnOnThePromptCacheGetsTheTokensItGetsAlone) {
+  Model model(load());
+  Batcher& b = model.start_batcher({1, small_session()});
+  const GenerateRequest first = ids(5, 24, 8);
+  const GenerateResult r1 = b.generate(first);
+  ASSERT_EQ(b.cached_tokens(0), cells_left(r1));
+  // The whole exchange so far, then more: all of the cache is a prefix.
+  GenerateRequest next = first;
+  next.prompt_tokens.insert(next.prompt_tokens.end(), r1.tokens.begin(), r1.tokens.end());
+  for (int i = 0; i < 6; ++i) next.prompt_tokens.push_back(static_cast<llama_token>((90 + i * 3) % 128));
+  const GenerateResult r2 = b.generate(next);
+  EXPECT_EQ(r2.tokens, alone(model, next).tokens);
+  // lfm2 reports a sliding window (32) beside its recurrent state, whose one
+  // cell, at the last position, is then not the window the next position
+  // needs: llama-server's check refuses it too, and the prompt is decoded.
+  const bool window_and_state = llama_model_n_swa(model.get()) > 0 && GetParam().kind == "hybrid";
+  EXPECT_EQ(static_cast<size_t>(r2.timings.cached_tokens), window_and_state ? 0 : cells_left(r1));
+  // Half of the first prompt, then something else: a cut in the middle,
+  // which a recurrent state refuses; then the request decodes it all.
+  GenerateRequest other = ids(5, 12, 8);
+  for (int i = 0; i < 6; ++i) other.prompt_tokens.push_back(static_cast<llama_token>((17 + i * 5) % 128));
+  const GenerateResult r3 = b.generate(other);
+  EXPECT_EQ(r3.tokens, alone(model, other).tokens);
+  EXPECT_TRUE(r3.timings.cached_tokens == 12 || r3.timings.cached_tokens == 0) << r3.timings.cached_tokens;
+  EXPECT_TRUE(sequence_holds_its_cache(b, 0));
 }
 
 // A request cancelled mid-generation leaves its sequence empty; the next
@@ -111,7 +146,9 @@ TEST_P(ArchBatch, ACancelledRequestsSequenceIsEmptyAndTheNextOneThereStartsClean
   EXPECT_TRUE(sequence_empty(b, 0));
   const GenerateResult n = b.generate(next);
   EXPECT_EQ(n.tokens, next_alone.tokens);
-  EXPECT_TRUE(sequence_empty(b, 0));
+  EXPECT_EQ(n.timings.cached_tokens, 0);
+  EXPECT_TRUE(sequence_holds_its_cache(b, 0));
+  EXPECT_EQ(b.cached_tokens(0), cells_left(n));
   EXPECT_EQ(request_entries(), 0u);
 }
 

@@ -24,6 +24,21 @@ inline bool sequence_empty(Batcher& b, int32_t seq) {
   return llama_memory_seq_pos_max(llama_get_memory(b.context()), seq) == -1;
 }
 
+// Sequence `seq` holds the cells of exactly the tokens its prompt cache
+// says it keeps, and no others.
+inline bool sequence_holds_its_cache(Batcher& b, int32_t seq) {
+  return llama_memory_seq_pos_max(llama_get_memory(b.context()), seq) + 1 ==
+         static_cast<llama_pos>(b.cached_tokens(seq));
+}
+
+// The cells a request that ended well leaves in its sequence: its prompt,
+// then the tokens it generated that were decoded (the last one sampled never
+// is; an end-of-generation token is not among r.tokens).
+inline size_t cells_left(const GenerateResult& r) {
+  const bool last_undecoded = r.finish == FinishReason::length || r.finish == FinishReason::stop;
+  return static_cast<size_t>(r.timings.prompt_tokens) + r.tokens.size() - (last_undecoded && !r.tokens.empty() ? 1 : 0);
+}
+
 // Until `pred` holds, polling; false if it did not within `bound`.
 template <class Pred>
 bool eventually(Pred pred, std::chrono::milliseconds bound = std::chrono::seconds(60)) {

@@ -14,7 +14,9 @@
 
 using namespace reclaim;
 using reclaim::testing::request_entries;
+using reclaim::testing::cells_left;
 using reclaim::testing::sequence_empty;
+using reclaim::testing::sequence_holds_its_cache;
 using reclaim::testing::eventually;
 using reclaim::testing::ready_within;
 using reclaim::testing::small_model;
@@ -92,7 +94,11 @@ TEST(Batcher, ConcurrentRequestsGetTheTokensEachGetsAloneInFewerDecodes) {
   // Alone, each token is a decode of its own; together they share steps.
   EXPECT_LT(b.steps(), generated) << "the requests did not decode together";
   EXPECT_EQ(b.active(), 0u);
-  for (int32_t s = 0; s < b.n_seq(); ++s) EXPECT_TRUE(sequence_empty(b, s)) << "sequence " << s;
+  // Each ended well and left its cells to the prompt cache, and no more.
+  for (int32_t s = 0; s < b.n_seq(); ++s) {
+    EXPECT_GT(b.cached_tokens(s), 0u) << "sequence " << s;
+    EXPECT_TRUE(sequence_holds_its_cache(b, s)) << "sequence " << s;
+  }
   EXPECT_EQ(request_entries(), 0u);
 }
 
@@ -169,7 +175,9 @@ TEST(Batcher, ACancelledRequestEndsAndTheOthersRunOn) {
   EXPECT_EQ(o.tokens, want[1].tokens);
   EXPECT_EQ(o.finish, want[1].finish);
   EXPECT_EQ(b.active(), 0u);
-  for (int32_t s = 0; s < b.n_seq(); ++s) EXPECT_TRUE(sequence_empty(b, s)) << "sequence " << s;
+  // Only the request that ended well left cells, for the prompt cache.
+  for (int32_t s = 0; s < b.n_seq(); ++s) EXPECT_TRUE(sequence_holds_its_cache(b, s)) << "sequence " << s;
+  EXPECT_EQ(b.cached_tokens(), cells_left(o));
   EXPECT_EQ(request_entries(), 0u);
 }
 
@@ -225,7 +233,9 @@ void expect_a_failed_step_ends_its_requests(const std::function<int32_t(int step
   EXPECT_EQ(third.tokens, want[2].tokens);
   EXPECT_EQ(b.active(), 0u);
   EXPECT_EQ(b.waiting(), 0u);
-  for (int32_t s = 0; s < b.n_seq(); ++s) EXPECT_TRUE(sequence_empty(b, s)) << "sequence " << s;
+  // Only the third, which ended well, left cells, for the prompt cache.
+  for (int32_t s = 0; s < b.n_seq(); ++s) EXPECT_TRUE(sequence_holds_its_cache(b, s)) << "sequence " << s;
+  EXPECT_EQ(b.cached_tokens(), cells_left(third));
   EXPECT_EQ(request_entries(), 0u);
 }
 
@@ -305,7 +315,8 @@ TEST(Batcher, UnloadingTheModelTakesTheBatchContextAndThreadWithIt) {
   size_t kinds = 0;
   for (const LedgerEntry& e : Ledger::process().entries()) kinds += e.owner == owner;
   EXPECT_EQ(kinds, 3u);  // context, batch, decode thread
-  EXPECT_EQ(Ledger::process().totals().count, with_model + 3);
+  // And the prompt cache's entry, beside the batch.
+  EXPECT_EQ(Ledger::process().totals().count, with_model + 4);
   model->unload();
   EXPECT_EQ(Ledger::process().totals().count, before);
   model.reset();

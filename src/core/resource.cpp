@@ -15,6 +15,7 @@ std::string_view kind_name(Kind kind) {
     case Kind::process: return "process";
     case Kind::device_buffer: return "device_buffer";
     case Kind::device_state: return "device_state";
+    case Kind::prompt_cache: return "prompt_cache";
     case Kind::other: return "other";
   }
   return "other";

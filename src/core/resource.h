@@ -21,12 +21,14 @@ enum class Kind {
   process,  // a child process, from its start until it is reaped
   device_buffer,
   device_state,  // an accelerator's runtime state (driver, compiled pipelines), freed only at exit
+  prompt_cache,  // KV cells a finished request left for the next one (engine/batcher.h)
   other,
 };
 
 inline constexpr Kind kAllKinds[] = {Kind::model,  Kind::context, Kind::batch,  Kind::sampler,
                                      Kind::buffer, Kind::mmap,    Kind::fd,     Kind::thread,
-                                     Kind::process, Kind::device_buffer, Kind::device_state, Kind::other};
+                                     Kind::process, Kind::device_buffer, Kind::device_state, Kind::prompt_cache,
+                                     Kind::other};
 
 // Bytes of an entry that are an accelerator's memory (a model's offloaded
 // weights, a context's KV cache and compute buffers there), by the device's

@@ -31,6 +31,7 @@ struct Batcher::Job {
   Generation* gen = nullptr;
   GenerateResult* result = nullptr;
   const CancelToken* cancel = nullptr;
+  bool cache_prompt = true;
 
   // The decode thread's own.
   int32_t seq = -1;
@@ -65,6 +66,8 @@ Batcher::Batcher(Model& model, const BatcherOptions& o)
   model.place_weights(where);
   n_ctx_seq_ = static_cast<int32_t>(llama_n_ctx_seq(ctx_.get()));
   n_batch_ = static_cast<int32_t>(cp.n_batch);
+  n_swa_ = llama_model_n_swa(model.get());
+  cache_ = std::make_unique<PromptCache>(model.scope(), scope_, ctx_.id(), where, n_seq_, llama_n_ctx(ctx_.get()));
   batch_ = new_batch(scope_, n_batch_, 1);
   slots_.assign(static_cast<size_t>(n_seq_), nullptr);
   in_batch_.reserve(static_cast<size_t>(n_seq_));
@@ -97,6 +100,16 @@ size_t Batcher::active() const {
   return active_;
 }
 
+size_t Batcher::cached_tokens(int32_t seq) const {
+  std::lock_guard lock(mu_);
+  return cache_->tokens(seq);
+}
+
+uint64_t Batcher::cached_tokens() const {
+  std::lock_guard lock(mu_);
+  return cache_->cells();
+}
+
 size_t Batcher::waiting() const {
   std::lock_guard lock(mu_);
   return pending_.size();
@@ -124,6 +137,7 @@ GenerateResult Batcher::generate(const GenerateRequest& req, const GenerateHooks
   job.gen = &gen;
   job.result = &r;
   job.cancel = cancel;
+  job.cache_prompt = req.cache_prompt;
   // After the sampler, so it runs before the chain is freed.
   Scope::Slot seq = request.reserve(Kind::context, "sequence");
   {
@@ -189,20 +203,39 @@ void Batcher::retire_and_wait(Job& job) noexcept {
 }
 
 void Batcher::admit_locked() {
-  for (size_t s = 0; s < slots_.size() && !pending_.empty(); ++s) {
-    if (slots_[s]) continue;
+  while (!pending_.empty() && active_ < slots_.size()) {
     Job* j = pending_.front();
+    const PromptCache::Pick p = cache_->pick(j->prompt, j->cache_prompt, [&](size_t s) { return slots_[s] != nullptr; });
+    if (p.seq < 0) break;
     pending_.pop_front();
-    j->seq = static_cast<int32_t>(s);
-    slots_[s] = j;
+    // At least the prompt's last token is decoded: its logits give the first
+    // token.
+    const int32_t want = std::min(p.common, static_cast<int32_t>(j->prompt.size()) - 1);
+    const int32_t kept = cache_->take(ctx_.get(), p.seq, want, n_swa_);
+    j->seq = p.seq;
+    j->n_past = j->n_fed = kept;
+    j->result->timings.cached_tokens = kept;
+    slots_[static_cast<size_t>(p.seq)] = j;
     ++active_;
   }
 }
 
 void Batcher::retire(Job& job, bool cancelled) noexcept {
-  // The request's KV cells go now: the next request in this sequence starts
-  // from an empty one, and nothing of this one is left in the context.
-  llama_memory_seq_rm(llama_get_memory(ctx_.get()), job.seq, -1, -1);
+  {
+    // A request that ended well leaves its cells to the prompt cache; any
+    // other's go now, since a failed or cut step may have left them half
+    // written, and so do all when the batch stops.
+    std::lock_guard lock(mu_);
+    bool kept = false;
+    if (!cancelled && !job.error && job.cache_prompt && job.generating() && !stopping_) {
+      try {
+        kept = cache_->keep(job.seq, job.prompt, job.result->tokens, job.n_past);
+      } catch (...) {
+        // No memory for the list of its tokens: the cells cannot be matched.
+      }
+    }
+    if (!kept) cache_->drop(ctx_.get(), job.seq);
+  }
   if (cancelled) {
     job.result->finish = FinishReason::cancelled;
     job.result->cancel_reason = job.cancel && job.cancel->cancelled() ? job.cancel->reason() : CancelReason::caller;

@@ -12,7 +12,8 @@
 // chain and its sequence are cleanups there, and the sequence's cleanup
 // returns only once the decode thread has removed the request's KV cells and
 // freed its slot: when generate() returns or throws, however the request
-// ended, nothing of it is left in the context.
+// ended, nothing of it is left in the context but the cells it leaves in the
+// prompt cache (engine/prompt_cache.h) when it ended well.
 #pragma once
 
 #include <atomic>
@@ -20,6 +21,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -31,6 +33,7 @@
 #include "core/stack_thread.h"
 #include "engine/generate.h"
 #include "engine/owners.h"
+#include "engine/prompt_cache.h"
 #include "engine/session.h"
 
 namespace reclaim {
@@ -75,6 +78,9 @@ class Batcher {
   size_t waiting() const;    // requests waiting for one
   uint64_t steps() const { return steps_.load(); }    // decodes so far
   uint64_t tokens() const { return tokens_.load(); }  // tokens in them
+  // Tokens whose cells the prompt cache keeps in sequence `seq`, and in all.
+  size_t cached_tokens(int32_t seq) const;
+  uint64_t cached_tokens() const;
   Scope& scope() { return scope_; }
   // For looking at its KV cells; decoding on it is the decode thread's alone.
   llama_context* context() { return ctx_.get(); }
@@ -93,7 +99,8 @@ class Batcher {
   Scope scope_;
   Owned<llama_context> ctx_;
   Owned<llama_batch> batch_;
-  int32_t n_seq_ = 1, n_ctx_seq_ = 0, n_batch_ = 0;
+  std::unique_ptr<PromptCache> cache_;  // under mu_; its cells are the decode thread's
+  int32_t n_seq_ = 1, n_ctx_seq_ = 0, n_batch_ = 0, n_swa_ = 0;
   std::function<int32_t(llama_context*, llama_batch)> decode_;
 
   mutable std::mutex mu_;

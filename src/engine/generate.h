@@ -26,6 +26,10 @@ struct GenerateRequest {
   std::vector<std::string> stop;
   SamplingParams sampling;
   bool add_special = true;   // BOS/EOS as the model's vocab asks for
+  // On a batch (engine/prompt_cache.h): start from the cells of an earlier
+  // request that share a prefix with the prompt, and leave this one's for a
+  // later one. False: neither.
+  bool cache_prompt = true;
 };
 
 enum class FinishReason { eos, stop, length, context, cancelled };
@@ -35,6 +39,7 @@ const char* finish_reason_name(FinishReason r);
 
 struct Timings {
   int32_t prompt_tokens = 0, generated_tokens = 0;
+  int32_t cached_tokens = 0;  // of the prompt's, found in the prompt cache and not decoded
   double prompt_ms = 0;       // decoding the prompt
   double generate_ms = 0;     // from the end of the prompt to the last token
   double first_token_ms = 0;  // from the start of the request to the first token

@@ -189,7 +189,8 @@ Owned<llama_context> new_context(Scope& scope, llama_model* model, const llama_c
   }
   CleanupId id = slot.arm(bytes, [ctx] { llama_free(ctx); });
   const uint64_t device = placed.context.device_total();
-  if (device > 0) scope.place(id, bytes > device ? bytes - device : 0, placed.context.devices);
+  placed.entry = {bytes > device ? bytes - device : 0, placed.context.devices};
+  if (device > 0) scope.place(id, placed.entry.host, placed.entry.devices);
   if (where) *where = std::move(placed);
   return {ctx, &scope, id};
 }

@@ -50,6 +50,7 @@ ContextPlacement placement_of(const llama_context* ctx) {
   for (const auto& [buft, mb] : llama_get_memory_breakdown(ctx)) {
     add(out.model, buft, mb.model);
     add(out.context, buft, mb.context + mb.compute);
+    add(out.kv, buft, mb.context);
   }
   out.known = true;
 #else

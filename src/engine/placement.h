@@ -25,6 +25,8 @@ struct ContextPlacement {
   bool known = false;  // false where llama.cpp's breakdown is not built in
   Placement model;     // the weights
   Placement context;   // the KV cache, outputs and compute buffers
+  Placement kv;        // of which the KV cache (the prompt cache's cells are in it)
+  Placement entry;     // what the context's ledger entry holds (new_context)
 };
 
 ContextPlacement placement_of(const llama_context* ctx);

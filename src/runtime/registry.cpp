@@ -392,6 +392,7 @@ ModelStatus Registry::status_locked(const Entry& e) const {
       s.sequences_active = static_cast<int>(b->active());
       s.decode_steps = b->steps();
       s.decoded_tokens = b->tokens();
+      s.cached_tokens = b->cached_tokens();
     }
   }
   return s;

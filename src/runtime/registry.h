@@ -165,6 +165,7 @@ struct ModelStatus {
   int sequences = 0;
   int sequences_active = 0;
   uint64_t decode_steps = 0, decoded_tokens = 0;
+  uint64_t cached_tokens = 0;  // whose KV cells the prompt cache keeps
 };
 
 class Lease;

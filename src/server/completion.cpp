@@ -100,6 +100,12 @@ std::function<void()> cancel_when_client_leaves(CancelToken& cancel) {
 
 }  // namespace
 
+void Server::count_tokens(const GenerateResult& r) {
+  stats_.prompt_tokens += static_cast<uint64_t>(r.timings.prompt_tokens);
+  stats_.cached_prompt_tokens += static_cast<uint64_t>(r.timings.cached_tokens);
+  stats_.completion_tokens += static_cast<uint64_t>(r.timings.generated_tokens);
+}
+
 bool Server::complete(const httplib::Request& http_req, httplib::Response& res, bool chat) {
   auto run = std::make_shared<Running>();
   run->req = parse_completion_request(http_req.body, chat);
@@ -127,8 +133,7 @@ bool Server::complete(const httplib::Request& http_req, httplib::Response& res, 
     GenerateHooks hooks;
     hooks.tick = cancel_when_client_leaves(cancel);
     const GenerateResult r = run_generation(*run, hooks, cancel);
-    stats_.prompt_tokens += static_cast<uint64_t>(r.timings.prompt_tokens);
-    stats_.completion_tokens += static_cast<uint64_t>(r.timings.generated_tokens);
+    count_tokens(r);
     if (r.finish == FinishReason::cancelled && r.cancel_reason == CancelReason::client_gone) {
       ++stats_.client_gone;
       return false;
@@ -208,8 +213,7 @@ bool Server::complete(const httplib::Request& http_req, httplib::Response& res, 
         } catch (const std::exception& ex) {
           return fail(ex);
         }
-        stats_.prompt_tokens += static_cast<uint64_t>(r.timings.prompt_tokens);
-        stats_.completion_tokens += static_cast<uint64_t>(r.timings.generated_tokens);
+        count_tokens(r);
         if (r.finish == FinishReason::cancelled && r.cancel_reason == CancelReason::client_gone) {
           ++stats_.client_gone;
           return false;

@@ -1,5 +1,6 @@
 #include "server/metrics.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "core/ledger.h"
@@ -100,6 +101,8 @@ std::string metrics_text(const Registry& registry, const Usage& baseline, const 
             [](const ModelStatus& m) { return m.decode_steps; });
   per_model("reclaim_model_decoded_tokens_total", "counter", "Tokens in those decodes (prompts and generated).",
             [](const ModelStatus& m) { return m.decoded_tokens; });
+  per_model("reclaim_model_cached_tokens", "gauge", "Tokens whose KV cells the model's prompt cache keeps.",
+            [](const ModelStatus& m) { return m.cached_tokens; });
   per_model("reclaim_model_loads_total", "counter", "Loads of the model.",
             [](const ModelStatus& m) { return m.loads; });
   per_model("reclaim_model_unloads_total", "counter", "Unloads of the model.",
@@ -150,6 +153,11 @@ std::string metrics_text(const Registry& registry, const Usage& baseline, const 
   w.family("reclaim_tokens_total", "counter", "Tokens processed.");
   w.sample("reclaim_tokens_total", label("type", "prompt"), stats.prompt_tokens.load());
   w.sample("reclaim_tokens_total", label("type", "completion"), stats.completion_tokens.load());
+  w.family("reclaim_prompt_tokens_total", "counter",
+           "Prompt tokens by where their KV cells came from: the prompt cache, or a decode.");
+  const uint64_t prompt = stats.prompt_tokens.load(), cached = std::min(stats.cached_prompt_tokens.load(), prompt);
+  w.sample("reclaim_prompt_tokens_total", label("source", "cache"), cached);
+  w.sample("reclaim_prompt_tokens_total", label("source", "decoded"), prompt - cached);
   return w.str();
 }
 

@@ -15,6 +15,7 @@ namespace reclaim::server {
 struct RequestStats {
   std::atomic<uint64_t> ok{0}, error{0}, cancelled{0}, client_gone{0};
   std::atomic<uint64_t> prompt_tokens{0}, completion_tokens{0};
+  std::atomic<uint64_t> cached_prompt_tokens{0};  // of prompt_tokens, taken from the prompt cache
   std::atomic<int64_t> in_flight{0};
 };
 

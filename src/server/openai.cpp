@@ -274,6 +274,11 @@ CompletionRequest parse_completion_request(const std::string& body, bool chat) {
       r.include_usage = get_field<bool>(so, "include_usage", "true or false");
     }
   }
+  // llama-server's name and meaning: false neither reuses cached cells nor
+  // leaves this request's.
+  if (j.contains("cache_prompt") && !j["cache_prompt"].is_null()) {
+    r.generate.cache_prompt = get_field<bool>(j, "cache_prompt", "true or false");
+  }
   if (j.contains("keep_alive") && !j["keep_alive"].is_null()) r.keep_alive_ms = parse_duration_ms(j["keep_alive"], "keep_alive");
   return r;
 }
@@ -296,7 +301,8 @@ ControlRequest parse_control_request(const std::string& body, bool unload) {
 json usage_json(const GenerateResult& r) {
   return {{"prompt_tokens", r.timings.prompt_tokens},
           {"completion_tokens", r.timings.generated_tokens},
-          {"total_tokens", r.timings.prompt_tokens + r.timings.generated_tokens}};
+          {"total_tokens", r.timings.prompt_tokens + r.timings.generated_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", r.timings.cached_tokens}}}};
 }
 
 json completion_json(const CompletionRequest& req, const GenerateResult& r, const std::string& id, int64_t created) {

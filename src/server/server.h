@@ -18,6 +18,7 @@
 #include <string>
 
 #include "core/usage.h"
+#include "engine/generate.h"
 #include "server/connections.h"
 #include "server/metrics.h"
 #include "server/worker_pool.h"
@@ -72,6 +73,7 @@ class Server {
   // Returns true when the response is a stream, which ends later
   // (server/completion.cpp).
   bool complete(const httplib::Request& req, httplib::Response& res, bool chat);
+  void count_tokens(const GenerateResult& r);
   HttpStats http_stats() const;
   ServerOptions options_;
   Millis unload_timeout_;

@@ -1,0 +1,113 @@
+// The prompt cache of a batch, kept the way llama-server's slots keep
+// theirs: when a request ends well, its KV cells stay in its sequence, and a
+// later request is given the free sequence whose cells share the longest
+// prefix of tokens with its prompt, and decodes only the rest. A chat's next
+// turn repeats the whole conversation so far, so it decodes only the new
+// message instead of the history.
+//
+// Its bytes: the cells are in the context's KV buffer, allocated (and, on
+// the CPU, cleared and so touched) with the context, so keeping them costs no
+// memory beyond the context's own, and dropping them would give none back.
+// The ledger shows them as an entry of kind prompt_cache under
+// "model:<name>/cache", with the share of the KV buffer they fill moved out
+// of the context's entry: the cache is visible and the totals do not change.
+//
+// Not thread-safe: the Batcher calls it under its lock, and only its decode
+// thread touches the cells.
+#pragma once
+
+#include <llama.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "core/scope.h"
+#include "engine/placement.h"
+
+namespace reclaim {
+
+class PromptCache {
+ public:
+  // `context_entry` is the context's cleanup in `context_scope`; `where`
+  // what new_context said of it.
+  PromptCache(Scope& model_scope, Scope& context_scope, CleanupId context_entry, const ContextPlacement& where,
+              int32_t n_seq, uint32_t n_cells);
+  PromptCache(const PromptCache&) = delete;
+  PromptCache& operator=(const PromptCache&) = delete;
+
+  // The free sequence for a prompt: the one whose cells share the longest
+  // prefix with it, if that is at least a tenth of the prompt (llama-server's
+  // slot similarity); else an empty one, else the least recently used.
+  // `reuse` false: no prefix is wanted ("cache_prompt": false). Returns the
+  // sequence and how many of its cached tokens the prompt shares.
+  struct Pick {
+    int32_t seq = -1;
+    int32_t common = 0;
+  };
+  template <class Busy>
+  Pick pick(const std::vector<llama_token>& prompt, bool reuse, Busy busy) const;
+
+  // A request took `seq`: its cells are the request's now. It keeps the first
+  // `n_keep` of them (the shared prefix) and the rest are removed; returns
+  // how many it kept, which is fewer where the memory cannot cut a sequence
+  // there (a recurrent state, a sliding window that dropped the start).
+  int32_t take(llama_context* ctx, int32_t seq, int32_t n_keep, int32_t n_swa);
+  // The request in `seq` ended well; the first `n_past` positions of its
+  // cells hold `prompt` then `generated`. Kept for the next request; false
+  // (nothing kept) where n_past does not fit them.
+  bool keep(int32_t seq, const std::vector<llama_token>& prompt, const std::vector<llama_token>& generated,
+            int32_t n_past);
+  // The request in `seq` ended otherwise: its cells go.
+  void drop(llama_context* ctx, int32_t seq);
+
+  size_t tokens(int32_t seq) const { return seqs_[static_cast<size_t>(seq)].tokens.size(); }
+  uint64_t cells() const;                  // over every sequence
+  Placement bytes() const { return held_; }  // what the ledger entry holds
+
+ private:
+  struct Seq {
+    std::vector<llama_token> tokens;  // those whose cells are in the sequence
+    uint64_t used = 0;                // when it was last kept, by clock_
+  };
+  void account();
+
+  std::vector<Seq> seqs_;
+  uint64_t clock_ = 0;
+  Scope& context_scope_;
+  CleanupId context_entry_;
+  Placement context_;  // the context's entry before any of it was moved
+  Placement kv_;       // the KV buffer by place
+  uint32_t n_cells_;
+  Scope scope_;  // "cache", under the model's
+  CleanupId entry_ = 0;
+  Placement held_;
+};
+
+size_t common_prefix(const std::vector<llama_token>& a, const std::vector<llama_token>& b);
+
+template <class Busy>
+PromptCache::Pick PromptCache::pick(const std::vector<llama_token>& prompt, bool reuse, Busy busy) const {
+  Pick best, empty, lru;
+  uint64_t lru_used = UINT64_MAX;
+  for (size_t s = 0; s < seqs_.size(); ++s) {
+    if (busy(s)) continue;
+    const Seq& q = seqs_[s];
+    if (q.tokens.empty()) {
+      if (empty.seq < 0) empty.seq = static_cast<int32_t>(s);
+      continue;
+    }
+    if (q.used < lru_used) {
+      lru_used = q.used;
+      lru.seq = static_cast<int32_t>(s);
+    }
+    if (!reuse) continue;
+    const auto common = static_cast<int32_t>(common_prefix(q.tokens, prompt));
+    if (common > best.common) best = {static_cast<int32_t>(s), common};
+  }
+  if (best.seq >= 0 && best.common * 10 >= static_cast<int32_t>(prompt.size())) return best;
+  if (empty.seq >= 0) return empty;
+  if (lru.seq >= 0 && reuse) lru.common = static_cast<int32_t>(common_prefix(seqs_[static_cast<size_t>(lru.seq)].tokens, prompt));
+  return lru;
+}
+
+}  // namespace reclaim

@@ -1,0 +1,195 @@
+// The batch's prompt cache (engine/prompt_cache.h): what a request reuses,
+// counted in decoded tokens; the tokens it gives, the same as without it;
+// where its cells are on the ledger.
+#include <gtest/gtest.h>
+
+#include "core/ledger.h"
+#include "engine/batcher.h"
+#include "engine/model.h"
+#include "batch_checks.h"
+#include "small_models.h"
+
+using namespace reclaim;
+using reclaim::testing::cells_left;
+using reclaim::testing::sequence_empty;
+using reclaim::testing::sequence_holds_its_cache;
+using reclaim::testing::small_model;
+using reclaim::testing::small_session;
+
+namespace {
+
+ModelLoad load() {
+  ModelLoad l;
+  l.path = small_model("spm");
+  return l;
+}
+
+GenerateRequest request(std::vector<llama_token> prompt, int max_tokens = 12, bool cache = true) {
+  GenerateRequest r;
+  r.prompt_tokens = std::move(prompt);
+  r.max_tokens = max_tokens;
+  r.sampling.temperature = 0;
+  r.cache_prompt = cache;
+  return r;
+}
+
+// A chat as a client sends it: each turn the whole conversation so far,
+// then the next message.
+class Conversation {
+ public:
+  Conversation(Model& model, std::string opening) : model_(model) {
+    tokens_ = tokenize(model.vocab(), opening, true);
+  }
+  GenerateRequest turn(const std::string& message, bool cache = true) {
+    for (llama_token t : tokenize(model_.vocab(), message, false)) tokens_.push_back(t);
+    return request(tokens_, 12, cache);
+  }
+  void answered(const GenerateResult& r) { tokens_.insert(tokens_.end(), r.tokens.begin(), r.tokens.end()); }
+
+ private:
+  Model& model_;
+  std::vector<llama_token> tokens_;
+};
+
+const std::vector<std::string> kMessages = {
+    " Tell me about the rivers of the north and where they run.",
+    " And the mountains they come from?",
+    " Which of them freezes first in the winter, and for how long?",
+    " Thank you; now the sea they all reach.",
+};
+
+const LedgerEntry* cache_entry(Model& model) {
+  static LedgerEntry found;
+  for (const LedgerEntry& e : Ledger::process().entries()) {
+    if (e.owner == model.scope().path() + "/cache" && e.kind == Kind::prompt_cache) {
+      found = e;
+      return &found;
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+TEST(PromptCache, ANextTurnDecodesOnlyWhatIsNew) {
+  Model model(load());
+  Batcher& b = model.start_batcher({1, small_session(512)});
+  Conversation chat(model, "A conversation about water.");
+  GenerateRequest q = chat.turn(kMessages[0]);
+  GenerateResult r = b.generate(q);
+  EXPECT_EQ(r.timings.cached_tokens, 0);
+  ASSERT_EQ(b.cached_tokens(0), cells_left(r));
+  EXPECT_TRUE(sequence_holds_its_cache(b, 0));
+  chat.answered(r);
+
+  for (size_t i = 1; i < kMessages.size(); ++i) {
+    const size_t cached = b.cached_tokens(0);
+    q = chat.turn(kMessages[i]);
+    const uint64_t before = b.tokens();
+    r = b.generate(q);
+    // Everything the last turn left is a prefix of this one's prompt.
+    EXPECT_EQ(static_cast<size_t>(r.timings.cached_tokens), cached) << "turn " << i;
+    EXPECT_EQ(r.timings.prompt_tokens, static_cast<int32_t>(q.prompt_tokens.size()));
+    // Decoded: the prompt's new tokens, then each generated one but the last.
+    const size_t generated_decoded = cells_left(r) - q.prompt_tokens.size();
+    EXPECT_EQ(b.tokens() - before, q.prompt_tokens.size() - cached + generated_decoded) << "turn " << i;
+    EXPECT_TRUE(sequence_holds_its_cache(b, 0));
+    chat.answered(r);
+  }
+}
+
+TEST(PromptCache, TheSameTokensComeWithAndWithoutTheCache) {
+  Model model(load());
+  Batcher& b = model.start_batcher({1, small_session(512)});
+  // One conversation after the other: with one sequence, a request without
+  // the cache drops what is cached.
+  auto converse = [&](bool cache, int& reused) {
+    Conversation chat(model, "A conversation about water.");
+    std::vector<GenerateResult> out;
+    for (const std::string& m : kMessages) {
+      out.push_back(b.generate(chat.turn(m, cache)));
+      reused += out.back().timings.cached_tokens;
+      chat.answered(out.back());
+    }
+    return out;
+  };
+  int reused = 0, reused_without = 0;
+  const std::vector<GenerateResult> with = converse(true, reused);
+  const std::vector<GenerateResult> without = converse(false, reused_without);
+  for (size_t i = 0; i < kMessages.size(); ++i) {
+    EXPECT_EQ(with[i].tokens, without[i].tokens) << "turn " << i;
+    EXPECT_EQ(with[i].text, without[i].text) << "turn " << i;
+  }
+  EXPECT_GT(reused, 0) << "the cached side never reused anything";
+  EXPECT_EQ(reused_without, 0);
+}
+
+TEST(PromptCache, APartialMatchReusesTheSharedPart) {
+  Model model(load());
+  Batcher& b = model.start_batcher({1, small_session(512)});
+  const std::vector<llama_token> first = tokenize(model.vocab(), "The rivers of the north run to the sea in spring", true);
+  (void)b.generate(request(first));
+  const size_t shared = first.size() / 2;
+  std::vector<llama_token> second(first.begin(), first.begin() + static_cast<std::ptrdiff_t>(shared));
+  for (llama_token t : tokenize(model.vocab(), " but the mountains keep their snow", false)) second.push_back(t);
+  ASSERT_NE(second[shared], first[shared]);
+  const uint64_t before = b.tokens();
+  const GenerateResult r = b.generate(request(second));
+  EXPECT_EQ(static_cast<size_t>(r.timings.cached_tokens), shared);
+  const size_t generated_decoded = cells_left(r) - second.size();
+  EXPECT_EQ(b.tokens() - before, second.size() - shared + generated_decoded);
+  // The whole prompt again: all but its last token come from the cache.
+  const std::vector<llama_token> again(second.begin(), second.end());
+  const GenerateResult a = b.generate(request(again));
+  EXPECT_EQ(static_cast<size_t>(a.timings.cached_tokens), again.size() - 1);
+  EXPECT_EQ(a.tokens, r.tokens);
+}
+
+TEST(PromptCache, EachConversationFindsItsOwnSequence) {
+  Model model(load());
+  Batcher& b = model.start_batcher({2, small_session(512)});
+  Conversation one(model, "One conversation, about water."), two(model, "Another, about stone and hills.");
+  for (size_t i = 0; i < kMessages.size(); ++i) {
+    for (Conversation* c : {&one, &two}) {
+      const GenerateRequest q = c->turn(kMessages[i]);
+      const GenerateResult r = b.generate(q);
+      // From the second turn on, the whole earlier exchange is reused: the
+      // other conversation's sequence was not taken.
+      if (i > 0) EXPECT_GT(r.timings.cached_tokens, static_cast<int32_t>(q.prompt_tokens.size() / 2)) << "turn " << i;
+      c->answered(r);
+    }
+  }
+  for (int32_t s = 0; s < 2; ++s) EXPECT_TRUE(sequence_holds_its_cache(b, s));
+}
+
+TEST(PromptCache, CachePromptFalseNeitherReusesNorLeaves) {
+  Model model(load());
+  Batcher& b = model.start_batcher({1, small_session(512)});
+  const std::vector<llama_token> p = tokenize(model.vocab(), "The rivers of the north run to the sea", true);
+  (void)b.generate(request(p));
+  ASSERT_GT(b.cached_tokens(0), 0u);
+  const GenerateResult r = b.generate(request(p, 12, false));
+  EXPECT_EQ(r.timings.cached_tokens, 0);
+  EXPECT_EQ(b.cached_tokens(0), 0u);
+  EXPECT_TRUE(sequence_empty(b, 0));
+}
+
+TEST(PromptCache, ItsCellsAreOnTheLedgerAndGoWithTheModel) {
+  auto model = std::make_unique<Model>(load());
+  Batcher& b = model->start_batcher({1, small_session(512)});
+  const LedgerEntry* empty = cache_entry(*model);
+  ASSERT_NE(empty, nullptr);
+  EXPECT_EQ(empty->all_bytes(), 0u);
+  const uint64_t model_bytes = Ledger::process().totals().bytes;
+  (void)b.generate(request(tokenize(model->vocab(), "The rivers of the north run to the sea in spring", true), 32));
+  const LedgerEntry* held = cache_entry(*model);
+  ASSERT_NE(held, nullptr);
+  // Its share of the KV buffer: moved out of the context's entry, so the
+  // total is what it was.
+  EXPECT_GT(held->all_bytes(), 0u);
+  EXPECT_EQ(Ledger::process().totals().bytes, model_bytes);
+  const std::string path = model->scope().path();
+  model->unload();
+  for (const LedgerEntry& e : Ledger::process().entries()) EXPECT_NE(e.owner.rfind(path, 0), 0u) << e.owner << " " << e.label;
+  model.reset();
+}

@@ -44,6 +44,7 @@ void load(Loaded& l, const CycleOptions& o, int which, int threads) {
 
 struct Seq {
   const ServeRequest* req = nullptr;
+  std::vector<llama_token> prompt;
   llama_sampler* sampler = nullptr;
   int n_past = 0, generated = 0, row = -1, n_in_step = 0;
   bool prompt_done = false, live = true;
@@ -59,13 +60,12 @@ struct GroupCounts {
 GroupCounts run_group(llama_context* ctx, const llama_vocab* vocab, const std::vector<const ServeRequest*>& group,
                       const CycleOptions& o, int stop_at_step) {
   GroupCounts counts;
-  const std::vector<llama_token> prompt = audit_prompt(vocab);
-  const auto n_prompt = static_cast<int>(prompt.size());
   llama_memory_t mem = llama_get_memory(ctx);
   llama_batch batch = llama_batch_init(o.n_ctx, 0, 1);
   std::vector<Seq> seqs(group.size());
   for (size_t s = 0; s < seqs.size(); ++s) {
     seqs[s].req = group[s];
+    seqs[s].prompt = request_prompt(vocab, *group[s]);
     seqs[s].sampler = llama_sampler_chain_init(llama_sampler_chain_default_params());
     llama_sampler_chain_add(seqs[s].sampler, llama_sampler_init_greedy());
   }
@@ -99,8 +99,8 @@ GroupCounts run_group(llama_context* ctx, const llama_vocab* vocab, const std::v
         q.row = batch.n_tokens;
         q.n_in_step = 1;
         add(q.next, q.n_past, static_cast<int>(s), true);
-      } else if (batch.n_tokens + n_prompt <= o.n_ctx) {
-        for (int k = 0; k < n_prompt; ++k) add(prompt[static_cast<size_t>(k)], k, static_cast<int>(s), k == n_prompt - 1);
+      } else if (const auto n_prompt = static_cast<int>(q.prompt.size()); batch.n_tokens + n_prompt <= o.n_ctx) {
+        for (int k = 0; k < n_prompt; ++k) add(q.prompt[static_cast<size_t>(k)], k, static_cast<int>(s), k == n_prompt - 1);
         q.row = batch.n_tokens - 1;
         q.n_in_step = n_prompt;
       }

@@ -46,6 +46,7 @@ const char* scenario_name(Scenario s) {
     case Scenario::serve_swap: return "serve-swap";
     case Scenario::serve_drain: return "serve-drain";
     case Scenario::serve_unload_cancel: return "serve-unload-cancel";
+    case Scenario::serve_chat: return "serve-chat";
   }
   return "?";
 }

@@ -84,7 +84,9 @@ Outcome serve_one(Registry& registry, const CycleOptions& o, const ServeRequest&
   hooks.tick = [&] {
     if (vanish && generated > 0) cancel.cancel(CancelReason::client_gone);
   };
-  GenerateResult r = lease.model().batcher()->generate(greedy_request(o, lease.model().vocab()), hooks, &cancel);
+  GenerateRequest req = greedy_request(o, lease.model().vocab());
+  req.prompt_tokens = request_prompt(lease.model().vocab(), plan);
+  GenerateResult r = lease.model().batcher()->generate(req, hooks, &cancel);
   out.cancelled = r.finish == FinishReason::cancelled;
   out.in_prompt = out.cancelled && r.tokens.empty();
   out.prompt_ms = r.timings.prompt_ms;

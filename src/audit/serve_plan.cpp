@@ -16,6 +16,15 @@ ServeCycle plan_serve_cycle(const CycleOptions& o, int cycle) {
       one_wave(o.requests);
       for (size_t i = 0; i < c.waves[0].size(); ++i) c.waves[0][i].model = static_cast<int>(i % 2);
       return c;
+    case Scenario::serve_chat:
+      for (int t = 0; t < std::max(1, o.requests / n_seq); ++t) {
+        one_wave(n_seq);
+        for (int i = 0; i < n_seq; ++i) {
+          c.waves.back()[static_cast<size_t>(i)].conversation = i;
+          c.waves.back()[static_cast<size_t>(i)].turn = t;
+        }
+      }
+      return c;
     case Scenario::serve_drain:
     case Scenario::serve_unload_cancel:
       one_wave(n_seq);
@@ -50,6 +59,21 @@ ServeCycle plan_serve_cycle(const CycleOptions& o, int cycle) {
     left -= n;
   }
   return c;
+}
+
+std::vector<llama_token> request_prompt(const llama_vocab* vocab, const ServeRequest& r) {
+  std::vector<llama_token> prompt = audit_prompt(vocab);
+  const auto n_vocab = static_cast<uint32_t>(llama_vocab_n_tokens(vocab));
+  for (int t = 0; r.conversation >= 0 && t <= r.turn; ++t) {
+    // Six tokens a message, different for each conversation and turn, and
+    // the same on both sides; ids rather than text, so that any vocabulary
+    // (or none) has them.
+    for (uint32_t i = 0; i < 6; ++i) {
+      const uint32_t id = (static_cast<uint32_t>(r.conversation) * 131u + static_cast<uint32_t>(t) * 17u + i * 7u + 5u) % n_vocab;
+      prompt.push_back(static_cast<llama_token>(id));
+    }
+  }
+  return prompt;
 }
 
 std::vector<ServeCycle> serve_warmup_cycles(const CycleOptions& o) {

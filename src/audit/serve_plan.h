@@ -30,7 +30,17 @@ struct ServeRequest {
   int model = 0;  // 0: "a", 1: "b" (the same file under two names: serve-swap)
   RequestEnd end = RequestEnd::run;
   CancelPlan plan;  // with RequestEnd::cancel
+  // serve-chat: the request is turn `turn` of conversation `conversation`;
+  // -1: the audit's prompt alone.
+  int conversation = -1, turn = 0;
 };
+
+// A request's prompt, the same on both sides: the audit's prompt, and for a
+// turn of a conversation, a message of that conversation for each turn so
+// far, so that each turn's prompt begins with the one before (as a chat
+// client resends the history; the replies are left out, so the prompt cache
+// cuts a sequence where the last reply began).
+std::vector<llama_token> request_prompt(const llama_vocab* vocab, const ServeRequest& request);
 
 // How a cycle of the plan ends, once its waves have run.
 enum class CycleEnd {
@@ -49,7 +59,9 @@ struct ServeCycle {
 // whole, the later ones are cancelled or lose their clients. serve-swap: one wave of
 // `requests` alternating between two models of which the budget holds one.
 // serve-drain, serve-unload-cancel: one wave of `parallel` requests, and the
-// unload while they run.
+// unload while they run. serve-chat: `parallel` conversations, a wave a turn,
+// requests / parallel turns, all run whole; the reclaim side keeps and reuses
+// their cells in its prompt cache, the raw side decodes each prompt whole.
 ServeCycle plan_serve_cycle(const CycleOptions& o, int cycle);
 
 // The scenario's names for its models.

@@ -196,11 +196,30 @@ TEST(Registry, NamesAreResolvedOnlyInsideTheConfiguredSet) {
   EXPECT_THROW(reg.acquire("../a"), BadModelName);
   EXPECT_THROW(reg.acquire("/etc/passwd"), BadModelName);
   EXPECT_THROW(reg.acquire(""), BadModelName);
+  EXPECT_THROW(reg.acquire("a/../../etc"), BadModelName);
+  EXPECT_THROW(reg.acquire("models/"), BadModelName);
+  EXPECT_THROW(reg.acquire("a b"), BadModelName);
+  EXPECT_THROW(reg.acquire("a\\b"), BadModelName);
+  EXPECT_THROW(reg.acquire(std::string(257, 'a')), BadModelName);
   EXPECT_THROW(reg.acquire("nope"), UnknownModel);
+  // Names as Ollama and the hubs write them are names, looked up like any.
+  EXPECT_THROW(reg.acquire("qwen2.5:7b"), UnknownModel);
+  EXPECT_THROW(reg.acquire("org/model:Q4_K_M"), UnknownModel);
   EXPECT_THROW(reg.acquire("a"), NotLoaded);
   reg.load("a");
   EXPECT_TRUE(reg.acquire("a"));
   EXPECT_THROW(Registry(options(), {{"x", "p"}, {"x", "q"}}), Error);
+}
+
+TEST(Registry, AliasesMayHoldColonsSlashesAndDots) {
+  RegistryOptions o = options();
+  o.autoload = false;
+  const std::vector<ModelSpec> m = models();
+  Registry reg(o, {{"qwen2.5:7b", m[0].path}, {"org/model:Q4_K_M", m[0].path}});
+  reg.load("qwen2.5:7b");
+  EXPECT_TRUE(reg.acquire("qwen2.5:7b"));
+  EXPECT_EQ(reg.status("org/model:Q4_K_M").state, ModelState::unloaded);
+  EXPECT_THROW(Registry(options(), {{"../up", m[0].path}}), BadModelName);
 }
 
 TEST(Registry, AFailedLoadLeavesNothingAndSaysWhy) {

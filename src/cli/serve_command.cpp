@@ -4,6 +4,7 @@
 // ledger (it must be empty) and exit 0.
 #include <dirent.h>
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -48,6 +49,11 @@ struct Args {
   bool no_autoload = false, verbose = false, trust_models = false;
 };
 
+bool is_file(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
 Millis duration(const std::string& text, const std::string& flag) {
   try {
     return Millis(server::parse_duration_ms(nlohmann::json(text), flag));
@@ -60,9 +66,15 @@ std::vector<ModelSpec> model_specs(const Args& a) {
   std::vector<ModelSpec> out;
   for (const std::string& m : a.models) {
     // PATH[:ALIAS]; the alias defaults to the file name without .gguf.
+    // The alias is all after the first ".gguf:", so that it may hold colons
+    // (qwen2.5:7b) and the folders a colon; a file not named .gguf takes
+    // its alias after the last colon that no '/' follows.
     std::string path = m, alias;
-    const size_t colon = m.rfind(':');
-    if (colon != std::string::npos && m.find('/', colon) == std::string::npos) {
+    if (const size_t at = m.find(".gguf:"); at != std::string::npos) {
+      path = m.substr(0, at + 5);
+      alias = m.substr(at + 6);
+    } else if (const size_t colon = m.rfind(':');
+               colon != std::string::npos && m.find('/', colon) == std::string::npos && !is_file(m)) {
       path = m.substr(0, colon);
       alias = m.substr(colon + 1);
     }

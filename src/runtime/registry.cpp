@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cstdio>
+#include <cstring>
 #include <deque>
 #include <utility>
 
@@ -50,10 +52,19 @@ int64_t sum(const Places& p) {
 }  // namespace
 
 void Registry::check_name(const std::string& name) {
+  // Names as users write them: Ollama's tags (qwen2.5:7b) and hub ids
+  // (org/model:Q4_K_M). A name is only ever looked up among the configured
+  // models, never opened; still, nothing that reads as a path is a name, so
+  // that no mistake elsewhere could make one of it.
   if (name.empty()) throw BadModelName("the model name is empty");
-  if (name.find('/') != std::string::npos || name.find("..") != std::string::npos ||
-      name.find('\0') != std::string::npos || name.find('\\') != std::string::npos) {
-    throw BadModelName("model name '" + name + "' is not a name: paths and '..' are not accepted; use a name from /v1/models");
+  if (name.size() > 256) throw BadModelName("the model name is longer than 256 characters");
+  const bool charset = std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || std::strchr("._:/@+-", c) != nullptr;
+  });
+  if (!charset || name.front() == '/' || name.front() == '.' || name.back() == '/' ||
+      name.find("..") != std::string::npos || name.find("//") != std::string::npos) {
+    throw BadModelName("model name '" + name +
+                       "' is not a name: letters, digits and . _ : / @ + - only, not a path; use a name from /v1/models");
   }
 }
 

@@ -169,6 +169,12 @@ void Server::routes() {
     Connections::answering();  // the request is whole: the read timeout no longer runs
     res.set_content(models_json(registry_).dump(), "application/json");
   });
+  // OpenAI's models.retrieve. The id may hold '/' (a hub id), so the rest of
+  // the path is the id; an unknown one is OpenAI's 404.
+  s.Get("/v1/models/(.+)", [this](const httplib::Request& req, httplib::Response& res) {
+    Connections::answering();  // the request is whole: the read timeout no longer runs
+    guarded(res, [&] { res.set_content(model_json(registry_.status(req.matches[1])).dump(), "application/json"); });
+  });
   s.Get("/v1/resources", [this](const httplib::Request&, httplib::Response& res) {
     Connections::answering();  // the request is whole: the read timeout no longer runs
     Usage baseline;

@@ -44,6 +44,7 @@
 #include "core/size.h"
 #include "core/stats.h"
 #include "engine/test_model.h"
+#include "bench_models.h"
 #include "http_client.h"
 
 extern char** environ;
@@ -172,19 +173,6 @@ Figures measure(ServerProcess& s, const Options& o, int round, Prompts& prompts)
   return f;
 }
 
-std::string model_or_made(const std::string& given, const std::string& vocab) {
-  if (!given.empty()) return given;
-  if (vocab == "bpe") return default_test_model();
-  const std::string path = cache_dir() + "/models/test-" + vocab + "-300MiB-f16-s1.gguf";
-  if (::access(path.c_str(), R_OK) == 0) return path;
-  TestModelSpec spec;
-  spec.vocab = vocab;
-  spec.size = parse_size("300MiB");
-  std::fprintf(stderr, "bench-swap: making %s (once)\n", path.c_str());
-  make_test_model(spec, path);
-  return path;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -210,8 +198,8 @@ int main(int argc, char** argv) {
       throw Error("no llama-server at '" + o.llama_server + "': run scripts/bench-swap, which builds it");
     }
     if (o.threads <= 0) o.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    const std::string a = std::filesystem::absolute(model_or_made(o.a, "bpe"));
-    const std::string b = std::filesystem::absolute(model_or_made(o.b, "spm"));
+    const std::string a = std::filesystem::absolute(model_or_made(o.a, "bpe", "bench-swap"));
+    const std::string b = std::filesystem::absolute(model_or_made(o.b, "spm", "bench-swap"));
     char tmpl[] = "/tmp/bench-swap.XXXXXX";
     if (!::mkdtemp(tmpl)) throw Error(std::string("mkdtemp: ") + std::strerror(errno));
     dir = tmpl;

@@ -193,3 +193,84 @@ TEST(PromptCache, ItsCellsAreOnTheLedgerAndGoWithTheModel) {
   for (const LedgerEntry& e : Ledger::process().entries()) EXPECT_NE(e.owner.rfind(path, 0), 0u) << e.owner << " " << e.label;
   model.reset();
 }
+
+// With one sequence, two conversations take turns: each turn finds the
+// other's cells there, saves them to host memory, and puts its own back.
+TEST(PromptCache, AConversationWhoseSequenceWasTakenComesBackFromTheStore) {
+  Model model(load());
+  BatcherOptions o{1, small_session(512)};
+  o.cache_ram = 64u << 20;
+  Batcher& b = model.start_batcher(o);
+  Conversation one(model, "One conversation, about water."), two(model, "Another, about stone and hills.");
+  std::vector<GenerateResult> got;
+  for (size_t i = 0; i < kMessages.size(); ++i) {
+    for (Conversation* c : {&one, &two}) {
+      const GenerateRequest q = c->turn(kMessages[i]);
+      const size_t saved_before = b.saved_count();
+      const GenerateResult r = b.generate(q);
+      if (i > 0) {
+        // All it left last time came back, and the other's went to the store.
+        EXPECT_GT(r.timings.cached_tokens, static_cast<int32_t>(q.prompt_tokens.size() / 2)) << "turn " << i;
+        EXPECT_EQ(b.saved_count(), saved_before) << "one save taken back, one made";
+      }
+      got.push_back(r);
+      c->answered(r);
+    }
+  }
+  EXPECT_EQ(b.saved_count(), 1u);
+  EXPECT_GT(b.saved_bytes(), 0u);
+  // The same tokens as with the store off, where each turn decodes all.
+  Model fresh(load());
+  Batcher& plain = fresh.start_batcher({1, small_session(512)});
+  Conversation one_again(fresh, "One conversation, about water."), two_again(fresh, "Another, about stone and hills.");
+  size_t k = 0;
+  for (size_t i = 0; i < kMessages.size(); ++i) {
+    for (Conversation* c : {&one_again, &two_again}) {
+      const GenerateResult r = plain.generate(c->turn(kMessages[i]));
+      EXPECT_EQ(r.tokens, got[k].tokens) << "turn " << i;
+      ++k;
+      c->answered(r);
+    }
+  }
+  EXPECT_EQ(plain.saved_count(), 0u) << "no store: nothing saved";
+}
+
+TEST(PromptCache, SavesAreOnTheLedgerWithinTheirCapAndGoWhenDropped) {
+  auto model = std::make_unique<Model>(load());
+  BatcherOptions o{1, small_session(512)};
+  o.cache_ram = 64u << 20;
+  Batcher& b = model->start_batcher(o);
+  const std::string owner = model->scope().path() + "/cache";
+  auto saves_on_ledger = [&] {
+    uint64_t bytes = 0;
+    size_t n = 0;
+    for (const LedgerEntry& e : Ledger::process().entries()) {
+      if (e.owner == owner && e.kind == Kind::prompt_cache && e.label.rfind("saved", 0) == 0) {
+        bytes += e.all_bytes();
+        ++n;
+      }
+    }
+    return std::make_pair(n, bytes);
+  };
+  for (const char* opening : {"First of three.", "Second of three, longer.", "Third of three, the longest of all."}) {
+    (void)b.generate(request(tokenize(model->vocab(), opening, true), 16));
+  }
+  // Three conversations, one sequence: two saved.
+  EXPECT_EQ(b.saved_count(), 2u);
+  EXPECT_EQ(saves_on_ledger(), std::make_pair(size_t{2}, b.saved_bytes()));
+  // A cap that holds one: the least recently used goes.
+  const uint64_t one = b.saved_bytes() / 2;
+  b.set_cache_ram(one + one / 2);
+  EXPECT_EQ(b.saved_count(), 1u);
+  EXPECT_EQ(saves_on_ledger().first, 1u);
+  b.drop_saved();
+  EXPECT_EQ(b.saved_count(), 0u);
+  EXPECT_EQ(b.saved_bytes(), 0u);
+  EXPECT_EQ(saves_on_ledger().first, 0u);
+  (void)b.generate(request(tokenize(model->vocab(), "A fourth, which saves the third.", true), 16));
+  EXPECT_EQ(b.saved_count(), 1u);
+  const std::string path = model->scope().path();
+  model->unload();
+  for (const LedgerEntry& e : Ledger::process().entries()) EXPECT_NE(e.owner.rfind(path, 0), 0u) << e.owner << " " << e.label;
+  model.reset();
+}

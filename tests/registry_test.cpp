@@ -314,3 +314,47 @@ TEST(Registry, ABadParallelIsRefusedAtOnce) {
     }
   }
 }
+
+// A model that needs room takes it from the prompt caches' saves before any
+// model: here the saves alone stand between the budget and the second model.
+TEST(Registry, PromptCacheSavesGoBeforeAnyModelWhenRoomIsNeeded) {
+  RegistryOptions o = options();
+  o.cache_ram = 64 << 20;
+  int64_t est_a = 0, est_b = 0;
+  {
+    Registry probe(o, models());
+    probe.load("a");
+    probe.load("b");
+    est_a = probe.status("a").estimate;
+    est_b = probe.status("b").estimate;
+  }
+  ASSERT_GT(est_a, 0);
+  o.memory_budget = est_a + est_b;
+  Registry reg(o, models());
+  reg.load("a");
+  // Three conversations on one sequence: two saved in host memory.
+  for (const char* opening : {"First of three.", "Second of three, longer.", "Third of three, the longest."}) {
+    Lease lease = reg.acquire("a");
+    GenerateRequest q;
+    q.prompt = opening;
+    q.max_tokens = 8;
+    q.sampling.temperature = 0;
+    (void)lease.model().batcher()->generate(q);
+  }
+  ASSERT_GT(reg.status("a").saved_bytes, 0u);
+  reg.load("b");
+  EXPECT_EQ(reg.status("a").state, ModelState::loaded) << "a model went for what the saves could give";
+  EXPECT_EQ(reg.status("a").saved_bytes, 0u);
+  EXPECT_EQ(reg.status("b").state, ModelState::loaded);
+  EXPECT_EQ(reg.scheduler().cache_drops, 1u);
+  EXPECT_EQ(reg.scheduler().evictions, 0u);
+  // Under the budget's cap now: nothing is left for saves.
+  {
+    Lease lease = reg.acquire("a");
+    GenerateRequest q;
+    q.prompt = "A fourth, which would save the third.";
+    q.max_tokens = 8;
+    (void)lease.model().batcher()->generate(q);
+  }
+  EXPECT_EQ(reg.status("a").saved_bytes, 0u);
+}

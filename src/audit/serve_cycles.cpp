@@ -37,6 +37,7 @@ RegistryOptions serve_options(const CycleOptions& o, std::shared_ptr<Vetter> vet
   r.session.n_ctx = o.n_ctx;
   r.session.n_batch = kServeStepTokens;
   r.session.n_threads = o.n_threads;
+  r.cache_ram = 64 << 20;  // serve-chat saves conversations there
   r.vetter = std::move(vetter);
   return r;
 }
@@ -174,6 +175,13 @@ void run_cycle(Registry& registry, server::WorkerPool& pool, const CycleOptions&
     if (!pool.wait_settled(kUnloadTimeout)) throw Error("the worker threads did not settle after a wave");
     if (unload_now || !rec) continue;
     if (w == 0) rec->loaded();  // the first wave loaded the model on demand
+    // serve-chat's saves are the cache doing its work, and grow with the
+    // conversations up to --cache-ram: a wave's figures are taken once they
+    // are dropped, as room pressure drops them, so that what the wave left
+    // beyond them shows, and that dropping gives back every byte.
+    if (o.scenario == Scenario::serve_chat && !registry.drop_prompt_cache_saves()) {
+      throw Error("serve-chat: the wave saved no conversation to host memory; the scenario does not test the store");
+    }
     rec->request_done();
   }
   registry.unload_all(UnloadMode::drain, kUnloadTimeout);

@@ -59,9 +59,11 @@ struct ServeCycle {
 // whole, the later ones are cancelled or lose their clients. serve-swap: one wave of
 // `requests` alternating between two models of which the budget holds one.
 // serve-drain, serve-unload-cancel: one wave of `parallel` requests, and the
-// unload while they run. serve-chat: `parallel` conversations, a wave a turn,
-// requests / parallel turns, all run whole; the reclaim side keeps and reuses
-// their cells in its prompt cache, the raw side decodes each prompt whole.
+// unload while they run. serve-chat: 2 x parallel conversations, a wave a
+// turn, requests / (2 x parallel) turns, all run whole; the reclaim side
+// keeps and reuses their cells in its prompt cache, saving those whose
+// sequence another takes to host memory, and the raw side decodes each
+// prompt whole.
 ServeCycle plan_serve_cycle(const CycleOptions& o, int cycle);
 
 // The scenario's names for its models.

@@ -42,6 +42,7 @@ void check_budget_places(const MemoryBudget& budget) {
 struct Args {
   std::vector<std::string> models, pins, preload;
   std::string models_dir, host = "127.0.0.1", api_key, api_key_file, memory_budget = "0", keep_alive = "5m";
+  std::string cache_ram = "2GiB";
   std::string unload_timeout = "30s", shutdown_timeout = "30s", chat_template, load_mode = "mmap", vet_timeout = "10m";
   std::string queue_timeout = "5m", read_timeout = "10s", stream_keepalive = "5s", min_serve = "0";
   int port = 8080, max_loaded = 0, ctx = 4096, threads = 0, gpu_layers = -1, parallel = 1, batch = 512, max_queue = 32;
@@ -180,6 +181,11 @@ int serve(const Args& a) {
     opts.memory_budget = budget.total;
     opts.memory_budget_at = budget.at;
   }
+  try {
+    opts.cache_ram = parse_size(a.cache_ram);
+  } catch (const std::exception& e) {
+    throw Error("--cache-ram: " + std::string(e.what()));
+  }
   opts.max_loaded = a.max_loaded;
   opts.keep_alive = duration(a.keep_alive, "keep-alive");
   opts.autoload = !a.no_autoload;
@@ -264,6 +270,10 @@ Command add_serve(CLI::App& app) {
   sub->add_option("--memory-budget", a->memory_budget,
                   "memory for all loaded models: 8GiB in all, or one budget a place, host=16GiB,vulkan0=2GiB "
                   "(0: no budget)")
+      ->capture_default_str();
+  sub->add_option("--cache-ram", a->cache_ram,
+                  "host memory each model's prompt cache may take for conversations whose sequence another took "
+                  "(llama-server's --cache-ram), within what --memory-budget leaves; 0: none")
       ->capture_default_str();
   sub->add_option("--max-loaded", a->max_loaded, "models loaded at once at most (0: no limit)")->capture_default_str();
   sub->add_flag("--no-autoload", a->no_autoload, "refuse requests for unloaded models instead of loading them");

@@ -67,7 +67,8 @@ Batcher::Batcher(Model& model, const BatcherOptions& o)
   n_ctx_seq_ = static_cast<int32_t>(llama_n_ctx_seq(ctx_.get()));
   n_batch_ = static_cast<int32_t>(cp.n_batch);
   n_swa_ = llama_model_n_swa(model.get());
-  cache_ = std::make_unique<PromptCache>(model.scope(), scope_, ctx_.id(), where, n_seq_, llama_n_ctx(ctx_.get()));
+  cache_ = std::make_unique<PromptCache>(model.scope(), scope_, ctx_.id(), where, n_seq_, llama_n_ctx(ctx_.get()),
+                                         o.cache_ram);
   batch_ = new_batch(scope_, n_batch_, 1);
   slots_.assign(static_cast<size_t>(n_seq_), nullptr);
   in_batch_.reserve(static_cast<size_t>(n_seq_));
@@ -211,7 +212,7 @@ void Batcher::admit_locked() {
     // At least the prompt's last token is decoded: its logits give the first
     // token.
     const int32_t want = std::min(p.common, static_cast<int32_t>(j->prompt.size()) - 1);
-    const int32_t kept = cache_->take(ctx_.get(), p.seq, want, n_swa_);
+    const int32_t kept = cache_->take(ctx_.get(), p, want, n_swa_);
     j->seq = p.seq;
     j->n_past = j->n_fed = kept;
     j->result->timings.cached_tokens = kept;

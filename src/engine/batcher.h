@@ -43,6 +43,9 @@ class Model;
 struct BatcherOptions {
   int32_t n_seq = 1;       // requests decoding at once; more wait for a free sequence
   SessionOptions session;  // n_ctx: each sequence's context; n_batch: tokens a step
+  // Host memory the prompt cache may take for sequences it saves when
+  // another conversation takes them (engine/prompt_store.h); 0: none.
+  uint64_t cache_ram = 0;
   // What each step's batch is decoded with; empty: llama_decode. Tests put a
   // failing one here: llama.cpp offers no way to make a valid batch fail.
   std::function<int32_t(llama_context*, llama_batch)> decode;
@@ -81,6 +84,12 @@ class Batcher {
   // Tokens whose cells the prompt cache keeps in sequence `seq`, and in all.
   size_t cached_tokens(int32_t seq) const;
   uint64_t cached_tokens() const;
+  // The saves in host memory: their bytes, a new cap for them (those above
+  // it go now), and dropping them all. Safe from any thread.
+  uint64_t saved_bytes() const { return cache_->store().bytes(); }
+  size_t saved_count() const { return cache_->store().count(); }
+  void set_cache_ram(uint64_t cap) { cache_->store().set_cap(cap); }
+  void drop_saved() { cache_->store().clear(); }
   Scope& scope() { return scope_; }
   // For looking at its KV cells; decoding on it is the decode thread's alone.
   llama_context* context() { return ctx_.get(); }

@@ -4,25 +4,40 @@
 
 namespace reclaim {
 
-size_t common_prefix(const std::vector<llama_token>& a, const std::vector<llama_token>& b) {
-  const size_t n = std::min(a.size(), b.size());
-  size_t i = 0;
-  while (i < n && a[i] == b[i]) ++i;
-  return i;
-}
-
 PromptCache::PromptCache(Scope& model_scope, Scope& context_scope, CleanupId context_entry,
-                         const ContextPlacement& where, int32_t n_seq, uint32_t n_cells)
+                         const ContextPlacement& where, int32_t n_seq, uint32_t n_cells, uint64_t store_cap)
     : seqs_(static_cast<size_t>(n_seq)), context_scope_(context_scope), context_entry_(context_entry),
-      context_(where.entry), kv_(where.kv), n_cells_(n_cells), scope_(model_scope, "cache") {
+      context_(where.entry), kv_(where.kv), n_cells_(n_cells), store_(scope_, store_cap), scope_(model_scope, "cache") {
   // Its bytes are the context's: the context's own cleanup frees them, after
   // this scope has closed (it is the model's newest child).
   entry_ = scope_.add(Kind::prompt_cache, "KV cells kept for the next request (in the context's buffer)", 0, [] {});
 }
 
-int32_t PromptCache::take(llama_context* ctx, int32_t seq, int32_t n_keep, int32_t n_swa) {
+int32_t PromptCache::take(llama_context* ctx, const Pick& p, int32_t n_keep, int32_t n_swa) {
+  const int32_t seq = p.seq;
   Seq& q = seqs_[static_cast<size_t>(seq)];
   llama_memory_t mem = llama_get_memory(ctx);
+  // Most of another conversation would be lost here: kept in the store, for
+  // when it comes back (llama-server saves a slot it is about to lose half
+  // of the same way).
+  // Neither is needed for the request: a save that fails (no memory, the
+  // model unloading) only means a later miss.
+  try {
+    if (!q.tokens.empty() && (p.saved.save || static_cast<size_t>(n_keep) * 2 < q.tokens.size())) {
+      (void)store_.save(ctx, seq, q.tokens);
+    }
+  } catch (...) {
+  }
+  if (p.saved.save) {
+    llama_memory_seq_rm(mem, seq, -1, -1);
+    q.tokens.clear();
+    try {
+      std::vector<llama_token> restored;
+      if (store_.restore(ctx, seq, p.saved, restored)) q.tokens = std::move(restored);
+    } catch (...) {
+      llama_memory_seq_rm(mem, seq, -1, -1);
+    }
+  }
   n_keep = std::clamp(n_keep, 0, static_cast<int32_t>(q.tokens.size()));
   if (n_keep > 0) {
     // The next position needs the cells of the window before it (all of

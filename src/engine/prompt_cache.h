@@ -12,8 +12,12 @@
 // "model:<name>/cache", with the share of the KV buffer they fill moved out
 // of the context's entry: the cache is visible and the totals do not change.
 //
-// Not thread-safe: the Batcher calls it under its lock, and only its decode
-// thread touches the cells.
+// A sequence taken by another conversation is saved to host memory first
+// (engine/prompt_store.h), and put back into a free sequence when its
+// conversation returns.
+//
+// Not thread-safe, but for its store: the Batcher calls it under its lock,
+// and only its decode thread touches the cells.
 #pragma once
 
 #include <llama.h>
@@ -23,6 +27,7 @@
 
 #include "core/scope.h"
 #include "engine/placement.h"
+#include "engine/prompt_store.h"
 
 namespace reclaim {
 
@@ -30,28 +35,34 @@ class PromptCache {
  public:
   // `context_entry` is the context's cleanup in `context_scope`; `where`
   // what new_context said of it.
+  // `store_cap`: bytes the saves in host memory may take (0: none).
   PromptCache(Scope& model_scope, Scope& context_scope, CleanupId context_entry, const ContextPlacement& where,
-              int32_t n_seq, uint32_t n_cells);
+              int32_t n_seq, uint32_t n_cells, uint64_t store_cap);
   PromptCache(const PromptCache&) = delete;
   PromptCache& operator=(const PromptCache&) = delete;
 
   // The free sequence for a prompt: the one whose cells share the longest
   // prefix with it, if that is at least a tenth of the prompt (llama-server's
-  // slot similarity); else an empty one, else the least recently used.
-  // `reuse` false: no prefix is wanted ("cache_prompt": false). Returns the
-  // sequence and how many of its cached tokens the prompt shares.
+  // slot similarity); else an empty one, else the least recently used. A
+  // save in the store that shares more is put back into the empty or least
+  // recently used one. `reuse` false: no prefix is wanted ("cache_prompt":
+  // false). Returns the sequence and how many tokens the prompt shares with
+  // what it will hold.
   struct Pick {
     int32_t seq = -1;
     int32_t common = 0;
+    PromptStore::Match saved;  // to put back first
   };
   template <class Busy>
   Pick pick(const std::vector<llama_token>& prompt, bool reuse, Busy busy) const;
 
-  // A request took `seq`: its cells are the request's now. It keeps the first
-  // `n_keep` of them (the shared prefix) and the rest are removed; returns
-  // how many it kept, which is fewer where the memory cannot cut a sequence
-  // there (a recurrent state, a sliding window that dropped the start).
-  int32_t take(llama_context* ctx, int32_t seq, int32_t n_keep, int32_t n_swa);
+  // A request took `p.seq`: its cells are the request's now. Cells it would
+  // lose, most of another conversation's, are saved first; a save picked is
+  // put back. It keeps the first `n_keep` (the shared prefix) and the rest
+  // are removed; returns how many it kept, which is fewer where the memory
+  // cannot cut a sequence there (a recurrent state, a sliding window that
+  // dropped the start).
+  int32_t take(llama_context* ctx, const Pick& p, int32_t n_keep, int32_t n_swa);
   // The request in `seq` ended well; the first `n_past` positions of its
   // cells hold `prompt` then `generated`. Kept for the next request; false
   // (nothing kept) where n_past does not fit them.
@@ -63,6 +74,7 @@ class PromptCache {
   size_t tokens(int32_t seq) const { return seqs_[static_cast<size_t>(seq)].tokens.size(); }
   uint64_t cells() const;                  // over every sequence
   Placement bytes() const { return held_; }  // what the ledger entry holds
+  PromptStore& store() { return store_; }
 
  private:
   struct Seq {
@@ -78,16 +90,17 @@ class PromptCache {
   Placement context_;  // the context's entry before any of it was moved
   Placement kv_;       // the KV buffer by place
   uint32_t n_cells_;
+  // Before the scope, so that it outlives the cleanups of its saves there.
+  PromptStore store_;
   Scope scope_;  // "cache", under the model's
   CleanupId entry_ = 0;
   Placement held_;
 };
 
-size_t common_prefix(const std::vector<llama_token>& a, const std::vector<llama_token>& b);
-
 template <class Busy>
 PromptCache::Pick PromptCache::pick(const std::vector<llama_token>& prompt, bool reuse, Busy busy) const {
   Pick best, empty, lru;
+  const PromptStore::Match saved = reuse ? store_.best(prompt) : PromptStore::Match{};
   uint64_t lru_used = UINT64_MAX;
   for (size_t s = 0; s < seqs_.size(); ++s) {
     if (busy(s)) continue;
@@ -104,7 +117,14 @@ PromptCache::Pick PromptCache::pick(const std::vector<llama_token>& prompt, bool
     const auto common = static_cast<int32_t>(common_prefix(q.tokens, prompt));
     if (common > best.common) best = {static_cast<int32_t>(s), common};
   }
-  if (best.seq >= 0 && best.common * 10 >= static_cast<int32_t>(prompt.size())) return best;
+  const bool worth = std::max(best.common, saved.common) * 10 >= static_cast<int32_t>(prompt.size());
+  if (worth && saved.common > best.common && (empty.seq >= 0 || lru.seq >= 0)) {
+    Pick p = empty.seq >= 0 ? empty : lru;
+    p.common = saved.common;
+    p.saved = saved;
+    return p;
+  }
+  if (best.seq >= 0 && worth) return best;
   if (empty.seq >= 0) return empty;
   if (lru.seq >= 0 && reuse) lru.common = static_cast<int32_t>(common_prefix(seqs_[static_cast<size_t>(lru.seq)].tokens, prompt));
   return lru;

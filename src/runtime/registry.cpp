@@ -207,7 +207,8 @@ void Registry::load_locked(std::unique_lock<std::mutex>& lock, Entry& e, int64_t
   e.reserved_at = e.estimate_at;
   cv_.notify_all();
   const ModelLoad load = model_load(e);
-  const BatcherOptions batching{options_.parallel, options_.session};
+  BatcherOptions batching{options_.parallel, options_.session};
+  batching.cache_ram = static_cast<uint64_t>(cache_ram_locked(1));
   lock.unlock();
   const Steady::time_point t0 = Steady::now();
   std::unique_ptr<Model> model;
@@ -241,7 +242,35 @@ void Registry::load_locked(std::unique_lock<std::mutex>& lock, Entry& e, int64_t
   e.loaded_at = Steady::now();
   e.last_use = std::chrono::system_clock::now();
   e.last_use_steady = Steady::now();
+  set_cache_ram_locked();
   cv_.notify_all();
+}
+
+int64_t Registry::cache_ram_locked(int more) const {
+  if (options_.cache_ram <= 0) return 0;
+  int loaded = more;
+  Places reserved;
+  for (const Entry& o : entries_) {
+    if (o.state != ModelState::loaded && o.state != ModelState::loading) continue;
+    loaded += o.state == ModelState::loaded;
+    for (const auto& [place, bytes] : o.reserved_at) reserved[place] += bytes;
+  }
+  // What the budget has left for host memory, shared by the loaded models.
+  int64_t left = INT64_MAX;
+  if (options_.memory_budget > 0) left = options_.memory_budget - sum(reserved);
+  if (auto it = options_.memory_budget_at.find(kHostMemory); it != options_.memory_budget_at.end()) {
+    left = std::min(left, it->second - reserved[kHostMemory]);
+  }
+  if (left == INT64_MAX) return options_.cache_ram;
+  return std::clamp<int64_t>(left / std::max(1, loaded), 0, options_.cache_ram);
+}
+
+void Registry::set_cache_ram_locked() {
+  const int64_t cap = cache_ram_locked(0);
+  for (Entry& o : entries_) {
+    if (o.state != ModelState::loaded || !o.model) continue;
+    if (Batcher* b = o.model->batcher()) b->set_cache_ram(static_cast<uint64_t>(cap));
+  }
 }
 
 llama_context_params Registry::context_params() const {
@@ -326,6 +355,7 @@ void Registry::finish_unload_locked(std::unique_lock<std::mutex>& lock, Entry& e
     return o.state == ModelState::unloaded;
   });
   if (none_loaded) note_runtime_idle();
+  set_cache_ram_locked();
   cv_.notify_all();
 }
 
@@ -404,6 +434,8 @@ ModelStatus Registry::status_locked(const Entry& e) const {
       s.decode_steps = b->steps();
       s.decoded_tokens = b->tokens();
       s.cached_tokens = b->cached_tokens();
+      s.saved_bytes = b->saved_bytes();
+      s.saved = b->saved_count();
     }
   }
   return s;

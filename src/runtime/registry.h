@@ -57,6 +57,10 @@ using Millis = std::chrono::milliseconds;
 
 struct RegistryOptions {
   int64_t memory_budget = 0;  // bytes for all loaded models; 0: no budget
+  // Host memory each model's prompt cache may take for the sequences it
+  // saves (--cache-ram; engine/prompt_store.h), within what the budget has
+  // left; 0: none.
+  int64_t cache_ram = 0;
   Places memory_budget_at;    // bytes for each place named ("host", "vulkan0"): room.h
   int max_loaded = 0;         // 0: no limit
   Millis keep_alive = std::chrono::minutes(5);  // < 0: never unload; 0: right after the last request
@@ -134,6 +138,7 @@ struct SchedulerStats {
   uint64_t waits = 0;           // requests that waited for a slot, a load or a swap
   double wait_seconds = 0;      // their waits, summed
   uint64_t evictions = 0;       // models unloaded to make room
+  uint64_t cache_drops = 0;     // times the prompt caches' saves were dropped to make room
   uint64_t drains = 0;          // busy models chosen to drain for room
   uint64_t timeouts = 0;        // QueueTimeout
   uint64_t gone = 0;            // clients that left while waiting
@@ -166,6 +171,7 @@ struct ModelStatus {
   int sequences_active = 0;
   uint64_t decode_steps = 0, decoded_tokens = 0;
   uint64_t cached_tokens = 0;  // whose KV cells the prompt cache keeps
+  uint64_t saved_bytes = 0, saved = 0;  // the prompt cache's saves in host memory
 };
 
 class Lease;
@@ -201,6 +207,9 @@ class Registry {
   // Bytes the budget counts now: estimates of the models loaded or loading.
   int64_t accounted() const;
   Places accounted_by_place() const;
+  // Drops every model's prompt-cache saves in host memory, as room pressure
+  // does; false if there were none.
+  bool drop_prompt_cache_saves();
   const RegistryOptions& options() const { return options_; }
   Scope& scope() { return scope_; }
 
@@ -234,6 +243,13 @@ class Registry {
   bool take_turn_locked(std::unique_lock<std::mutex>& lock, Entry& e, Turn& turn);
   // One step towards room for `for_entry`; true: it fits.
   bool make_room_locked(std::unique_lock<std::mutex>& lock, Entry& for_entry, int64_t needed);
+  // The prompt caches' saves of every loaded model go; false if there were none.
+  bool drop_saved_locked();
+  // The host memory each model's prompt cache may save into: --cache-ram,
+  // within what the budget leaves, shared by the loaded models (and `more`
+  // about to load). Set again on every load and unload.
+  int64_t cache_ram_locked(int more) const;
+  void set_cache_ram_locked();
   void erase_turn_locked(std::list<Turn>::iterator it);
   void stop_draining_locked();
   void unload_locked(std::unique_lock<std::mutex>& lock, Entry& e, UnloadMode mode, Millis timeout);

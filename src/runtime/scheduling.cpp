@@ -4,6 +4,8 @@
 #include <algorithm>
 
 #include "core/defer.h"
+#include "core/ledger.h"
+#include "engine/batcher.h"
 #include "runtime/registry_entry.h"
 #include "runtime/room.h"
 
@@ -158,7 +160,25 @@ void Registry::stop_draining_locked() {
   cv_.notify_all();
 }
 
+bool Registry::drop_prompt_cache_saves() {
+  std::lock_guard lock(mu_);
+  return drop_saved_locked();
+}
+
+bool Registry::drop_saved_locked() {
+  bool dropped = false;
+  for (Entry& o : entries_) {
+    Batcher* b = o.state == ModelState::loaded && o.model ? o.model->batcher() : nullptr;
+    if (!b || b->saved_bytes() == 0) continue;
+    b->drop_saved();
+    dropped = true;
+  }
+  if (dropped) ++sched_.cache_drops;
+  return dropped;
+}
+
 bool Registry::make_room_locked(std::unique_lock<std::mutex>& lock, Entry& for_entry, int64_t needed) {
+  bool dropped = false;
   for (;;) {
     std::vector<Occupant> others;
     std::vector<Entry*> who;
@@ -168,6 +188,12 @@ bool Registry::make_room_locked(std::unique_lock<std::mutex>& lock, Entry& for_e
       c.name = o.spec.name;
       c.reserved = o.reserved;
       c.reserved_at = o.reserved_at;
+      // Its prompt cache's saves are host memory beyond its estimate.
+      if (const Batcher* b = o.state == ModelState::loaded && o.model ? o.model->batcher() : nullptr) {
+        const auto saved = static_cast<int64_t>(b->saved_bytes());
+        c.reserved += saved;
+        if (saved > 0) c.reserved_at[kHostMemory] += saved;
+      }
       c.counted = o.state == ModelState::loaded || o.state == ModelState::loading;
       c.pinned = o.spec.pinned;
       const bool here = o.state == ModelState::loaded && !o.unload_requested;
@@ -182,6 +208,12 @@ bool Registry::make_room_locked(std::unique_lock<std::mutex>& lock, Entry& for_e
     }
     const RoomPlan plan = plan_room(others, for_entry.spec.name, needed, for_entry.estimate_at,
                                     MemoryBudget{options_.memory_budget, options_.memory_budget_at}, options_.max_loaded);
+    // The prompt caches' saves go before any model does: they are the
+    // cheapest to lose (a later turn decodes its history again).
+    if (plan.step != RoomPlan::Step::fits && !dropped && drop_saved_locked()) {
+      dropped = true;
+      continue;
+    }
     switch (plan.step) {
       case RoomPlan::Step::never:
         stop_draining_locked();

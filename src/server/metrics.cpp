@@ -103,6 +103,9 @@ std::string metrics_text(const Registry& registry, const Usage& baseline, const 
             [](const ModelStatus& m) { return m.decoded_tokens; });
   per_model("reclaim_model_cached_tokens", "gauge", "Tokens whose KV cells the model's prompt cache keeps.",
             [](const ModelStatus& m) { return m.cached_tokens; });
+  per_model("reclaim_model_prompt_cache_saved_bytes", "gauge",
+            "Host memory of the sequences the model's prompt cache saved (--cache-ram).",
+            [](const ModelStatus& m) { return m.saved_bytes; });
   per_model("reclaim_model_loads_total", "counter", "Loads of the model.",
             [](const ModelStatus& m) { return m.loads; });
   per_model("reclaim_model_unloads_total", "counter", "Unloads of the model.",
@@ -141,6 +144,8 @@ std::string metrics_text(const Registry& registry, const Usage& baseline, const 
   single("reclaim_queue_client_gone_total", "counter", "Requests whose client left while they waited.", sched.gone);
   single("reclaim_swaps_total", "counter", "Models unloaded to make room for a model that waited.", sched.evictions);
   single("reclaim_drains_total", "counter", "Busy models chosen to drain to make room.", sched.drains);
+  single("reclaim_prompt_cache_drops_total", "counter",
+         "Times the prompt caches' saves were dropped to make room, before any model.", sched.cache_drops);
   w.family("reclaim_http_threads", "gauge", "HTTP threads running, and those busy with a connection.");
   w.sample("reclaim_http_threads", label("state", "all"), http.threads);
   w.sample("reclaim_http_threads", label("state", "busy"), http.busy);

@@ -33,7 +33,8 @@ json model_json(const ModelStatus& s) {
   if (!s.last_error.empty()) j["last_error"] = s.last_error;
   if (s.sequences > 0) {
     j["batch"] = {{"sequences", s.sequences}, {"active", s.sequences_active}, {"decode_steps", s.decode_steps},
-                  {"decoded_tokens", s.decoded_tokens}, {"cached_tokens", s.cached_tokens}};
+                  {"decoded_tokens", s.decoded_tokens}, {"cached_tokens", s.cached_tokens},
+                  {"saved", s.saved}, {"saved_bytes", s.saved_bytes}};
   }
   return j;
 }

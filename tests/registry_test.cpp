@@ -198,13 +198,16 @@ TEST(Registry, NamesAreResolvedOnlyInsideTheConfiguredSet) {
   EXPECT_THROW(reg.acquire(""), BadModelName);
   EXPECT_THROW(reg.acquire("a/../../etc"), BadModelName);
   EXPECT_THROW(reg.acquire("models/"), BadModelName);
-  EXPECT_THROW(reg.acquire("a b"), BadModelName);
+  EXPECT_THROW(reg.acquire("a\tb"), BadModelName);
+  EXPECT_THROW(reg.acquire("a//b"), BadModelName);
+  EXPECT_THROW(reg.acquire("./a"), BadModelName);
   EXPECT_THROW(reg.acquire("a\\b"), BadModelName);
   EXPECT_THROW(reg.acquire(std::string(257, 'a')), BadModelName);
   EXPECT_THROW(reg.acquire("nope"), UnknownModel);
   // Names as Ollama and the hubs write them are names, looked up like any.
   EXPECT_THROW(reg.acquire("qwen2.5:7b"), UnknownModel);
   EXPECT_THROW(reg.acquire("org/model:Q4_K_M"), UnknownModel);
+  EXPECT_THROW(reg.acquire("llama-3 (q4)=x..y"), UnknownModel);
   EXPECT_THROW(reg.acquire("a"), NotLoaded);
   reg.load("a");
   EXPECT_TRUE(reg.acquire("a"));

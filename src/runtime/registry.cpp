@@ -2,9 +2,8 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cctype>
 #include <cstdio>
-#include <cstring>
+#include <string_view>
 #include <deque>
 #include <utility>
 
@@ -58,13 +57,23 @@ void Registry::check_name(const std::string& name) {
   // that no mistake elsewhere could make one of it.
   if (name.empty()) throw BadModelName("the model name is empty");
   if (name.size() > 256) throw BadModelName("the model name is longer than 256 characters");
-  const bool charset = std::all_of(name.begin(), name.end(), [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) || std::strchr("._:/@+-", c) != nullptr;
+  // File names from --models-dir are names too ("llama-3 (q4).gguf"), so
+  // any printable character is; what is refused reads as a path.
+  const bool printable = std::none_of(name.begin(), name.end(), [](char c) {
+    const auto u = static_cast<unsigned char>(c);
+    return u < 0x20 || u == 0x7f || c == '\\';
   });
-  if (!charset || name.front() == '/' || name.front() == '.' || name.back() == '/' ||
-      name.find("..") != std::string::npos || name.find("//") != std::string::npos) {
+  bool dot_segment = false;
+  for (size_t at = 0; at <= name.size();) {
+    const size_t end = std::min(name.find('/', at), name.size());
+    const std::string_view seg(name.data() + at, end - at);
+    dot_segment = dot_segment || seg.empty() || seg == "." || seg == "..";
+    at = end + 1;
+  }
+  if (!printable || dot_segment) {
     throw BadModelName("model name '" + name +
-                       "' is not a name: letters, digits and . _ : / @ + - only, not a path; use a name from /v1/models");
+                       "' is not a name: no control characters or backslashes, and no empty, '.' or '..' part "
+                       "between slashes; use a name from /v1/models");
   }
 }
 

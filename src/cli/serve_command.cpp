@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "cli/config_file.h"
 #include "core/heap.h"
 #include "core/ledger.h"
 #include "core/size.h"
@@ -41,6 +42,7 @@ void check_budget_places(const MemoryBudget& budget) {
 
 struct Args {
   std::vector<std::string> models, pins, preload;
+  std::string config;
   std::string models_dir, host = "127.0.0.1", api_key, api_key_file, memory_budget = "0", keep_alive = "5m";
   std::string cache_ram = "2GiB";
   std::string unload_timeout = "30s", shutdown_timeout = "30s", chat_template, load_mode = "mmap", vet_timeout = "10m";
@@ -97,6 +99,16 @@ std::vector<ModelSpec> model_specs(const Args& a) {
     ::closedir(d);
     std::sort(names.begin(), names.end());
     for (const std::string& n : names) out.push_back({n.substr(0, n.size() - 5), a.models_dir + "/" + n, false});
+  }
+  if (!a.config.empty()) {
+    for (ModelSpec& m : read_serve_config(a.config).models) {
+      try {
+        check_model_file(m.path);
+      } catch (const std::exception& e) {
+        throw Error(a.config + ": models." + m.name + ".path: " + e.what());
+      }
+      out.push_back(std::move(m));
+    }
   }
   if (out.empty()) {
     const std::string p = default_test_model();
@@ -231,7 +243,12 @@ int serve(const Args& a) {
   so.stream_keepalive = duration(a.stream_keepalive, "stream-keepalive");
   const Millis shutdown_timeout = duration(a.shutdown_timeout, "shutdown-timeout");
 
-  serve_until_stopped(std::move(opts), model_specs(a), so, a.preload, stop_signals, shutdown_timeout);
+  std::vector<ModelSpec> specs = model_specs(a);
+  std::vector<std::string> preload = a.preload;
+  for (const ModelSpec& m : specs) {
+    if (m.settings.preload && std::find(preload.begin(), preload.end(), m.name) == preload.end()) preload.push_back(m.name);
+  }
+  serve_until_stopped(std::move(opts), std::move(specs), so, preload, stop_signals, shutdown_timeout);
   // Read once everything with threads or models is gone: the HTTP threads,
   // the reaper and the vetter are on the ledger while they live. An
   // accelerator's runtime state goes only with the process: said apart.
@@ -263,6 +280,9 @@ Command add_serve(CLI::App& app) {
   auto a = std::make_shared<Args>();
   sub->add_option("-m,--model", a->models, "PATH[:ALIAS] (repeatable); the alias defaults to the file name")->take_all();
   sub->add_option("--models-dir", a->models_dir, "serve every .gguf in this folder, named by file");
+  sub->add_option("--config", a->config,
+                  "a TOML file of models and each one's own settings (path, aliases, ctx, parallel, threads, "
+                  "gpu_layers, chat_template, keep_alive, pin, preload, defaults); the flags are their defaults");
   sub->add_option("--host", a->host)->capture_default_str();
   sub->add_option("--port", a->port, "port (0: any free one, printed)")->capture_default_str()->check(CLI::Range(0, 65535));
   sub->add_option("--keep-alive", a->keep_alive, "unload a model this long after its last request (0: at once, -1: never)")

@@ -81,13 +81,24 @@ Registry::Registry(RegistryOptions options, std::vector<ModelSpec> models)
     : options_(std::move(options)), scope_("registry") {
   // The batch's context parameters refuse a bad --parallel or --batch: now,
   // rather than at the first load.
-  (void)context_params();
+  (void)context_params(Entry(ModelSpec{}));
+  std::vector<std::string> names;
   for (ModelSpec& m : models) {
-    check_name(m.name);
-    for (const Entry& e : entries_) {
-      if (e.spec.name == m.name) throw Error("two models are named '" + m.name + "'");
-    }
+    names.push_back(m.name);
+    names.insert(names.end(), m.settings.aliases.begin(), m.settings.aliases.end());
     entries_.emplace_back(std::move(m));
+  }
+  std::sort(names.begin(), names.end());
+  for (size_t i = 0; i < names.size(); ++i) {
+    check_name(names[i]);
+    if (i > 0 && names[i] == names[i - 1]) throw Error("two models are named '" + names[i] + "'");
+  }
+  for (const Entry& e : entries_) {
+    try {
+      (void)context_params(e);
+    } catch (const std::exception& ex) {
+      throw Error("model '" + e.spec.name + "': " + ex.what());
+    }
   }
   Scope::Slot slot = scope_.reserve(Kind::thread, "keep-alive reaper");
   reaper_ = std::thread([this] { reaper(); });
@@ -116,6 +127,10 @@ void Registry::stop_reaper() noexcept {
 Registry::Entry& Registry::find_locked(const std::string& name) {
   for (Entry& e : entries_) {
     if (e.spec.name == name) return e;
+  }
+  for (Entry& e : entries_) {
+    const std::vector<std::string>& a = e.spec.settings.aliases;
+    if (std::find(a.begin(), a.end(), name) != a.end()) return e;
   }
   throw UnknownModel("model '" + name + "' is not one this server has (see /v1/models)");
 }
@@ -150,8 +165,8 @@ void Registry::load(const std::string& name, bool pin, const Wait& wait) {
   w.no_wait = false;
   admit_locked(lock, e, w, false, true);
   if (e.in_flight == 0) {
-    e.expires = e.spec.pinned || options_.keep_alive.count() < 0 ? Steady::time_point::max()
-                                                                   : Steady::now() + options_.keep_alive;
+    const Millis ka = keep_alive_of(e);
+    e.expires = e.spec.pinned || ka.count() < 0 ? Steady::time_point::max() : Steady::now() + ka;
     reaper_cv_.notify_all();
   }
 }
@@ -198,8 +213,8 @@ ModelLoad Registry::model_load(Entry& e) {
   load.path = e.spec.path;
   load.name = e.spec.name;
   load.mode = options_.load_mode;
-  load.n_gpu_layers = options_.n_gpu_layers;
-  load.n_threads = options_.n_threads;
+  load.n_gpu_layers = e.spec.settings.n_gpu_layers.value_or(options_.n_gpu_layers);
+  load.n_threads = e.spec.settings.n_threads.value_or(options_.n_threads);
   load.progress = [this, &e](float p) {
     e.progress = p;
     std::lock_guard lock(mu_);  // the flag is read under the registry's lock
@@ -216,7 +231,7 @@ void Registry::load_locked(std::unique_lock<std::mutex>& lock, Entry& e, int64_t
   e.reserved_at = e.estimate_at;
   cv_.notify_all();
   const ModelLoad load = model_load(e);
-  BatcherOptions batching{options_.parallel, options_.session};
+  BatcherOptions batching = batching_of(e);
   batching.cache_ram = static_cast<uint64_t>(cache_ram_locked(1));
   lock.unlock();
   const Steady::time_point t0 = Steady::now();
@@ -282,16 +297,32 @@ void Registry::set_cache_ram_locked() {
   }
 }
 
-llama_context_params Registry::context_params() const {
-  const int32_t threads = options_.n_threads > 0 ? options_.n_threads : default_threads();
-  return batch_context_params(BatcherOptions{options_.parallel, options_.session}, 0, threads);
+BatcherOptions Registry::batching_of(const Entry& e) const {
+  const ModelSettings& s = e.spec.settings;
+  BatcherOptions b{s.parallel.value_or(options_.parallel), options_.session};
+  if (s.n_ctx) b.session.n_ctx = *s.n_ctx;
+  if (s.n_threads) b.session.n_threads = *s.n_threads;
+  return b;
+}
+
+Millis Registry::keep_alive_of(const Entry& e) const { return e.spec.settings.keep_alive.value_or(options_.keep_alive); }
+
+int Registry::max_running_of(const Entry& e) const {
+  // A model of its own parallelism runs as many requests as it has
+  // sequences, as serve's --parallel does for all.
+  return e.spec.settings.parallel ? *e.spec.settings.parallel : options_.max_running;
+}
+
+llama_context_params Registry::context_params(const Entry& e) const {
+  const int32_t n = e.spec.settings.n_threads.value_or(options_.n_threads);
+  return batch_context_params(batching_of(e), 0, n > 0 ? n : default_threads());
 }
 
 VetRequest Registry::vet_request(const Entry& e) const {
   VetRequest q;
   q.path = e.spec.path;
-  q.n_gpu_layers = options_.n_gpu_layers;
-  q.context = context_params();
+  q.n_gpu_layers = e.spec.settings.n_gpu_layers.value_or(options_.n_gpu_layers);
+  q.context = context_params(e);
   return q;
 }
 
@@ -376,7 +407,7 @@ void Registry::release_lease(Lease& l) noexcept {
   e.last_use = std::chrono::system_clock::now();
   e.last_use_steady = Steady::now();
   if (e.in_flight == 0) {
-    const Millis ka = l.keep_alive_.count() == -2 ? options_.keep_alive : l.keep_alive_;
+    const Millis ka = l.keep_alive_.count() == -2 ? keep_alive_of(e) : l.keep_alive_;
     e.expires = e.spec.pinned || ka.count() < 0 ? Steady::time_point::max() : Steady::now() + ka;
     reaper_cv_.notify_all();
   }
@@ -413,6 +444,7 @@ ModelStatus Registry::status_locked(const Entry& e) const {
   ModelStatus s;
   s.name = e.spec.name;
   s.path = e.spec.path;
+  s.aliases = e.spec.settings.aliases;
   s.state = e.state;
   s.pinned = e.spec.pinned;
   s.in_flight = e.in_flight;
@@ -462,6 +494,12 @@ SchedulerStats Registry::scheduler() const {
   SchedulerStats s = sched_;
   for (const Turn& t : line_) s.line.push_back(t.entry->spec.name);
   return s;
+}
+
+ModelSettings Registry::settings(const std::string& name) const {
+  check_name(name);
+  std::lock_guard lock(mu_);
+  return find_locked(name).spec.settings;
 }
 
 ModelStatus Registry::status(const std::string& name) const {

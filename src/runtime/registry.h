@@ -37,8 +37,10 @@
 #include "core/cancel.h"
 #include "core/error.h"
 #include "core/scope.h"
+#include "engine/batcher.h"
 #include "engine/model.h"
 #include "engine/session.h"
+#include "runtime/model_settings.h"
 #include "runtime/room.h"
 #include "runtime/vetter.h"
 
@@ -51,6 +53,7 @@ struct ModelSpec {
   std::string name;  // what requests call it
   std::string path;
   bool pinned = false;
+  ModelSettings settings;  // its own; unset ones are the registry's options
 };
 
 using Millis = std::chrono::milliseconds;
@@ -148,6 +151,7 @@ struct SchedulerStats {
 
 struct ModelStatus {
   std::string name, path;
+  std::vector<std::string> aliases;
   ModelState state = ModelState::unloaded;
   bool pinned = false;
   int in_flight = 0;
@@ -213,8 +217,12 @@ class Registry {
   const RegistryOptions& options() const { return options_; }
   Scope& scope() { return scope_; }
 
-  // Checks a request's model name: non-empty, no '/', no "..", no NUL.
+  // Checks a model name: letters, digits and . _ : / @ + -, not a path
+  // (BadModelName).
   static void check_name(const std::string& name);
+  // A model's own settings, by its name or an alias (BadModelName,
+  // UnknownModel).
+  ModelSettings settings(const std::string& name) const;
 
  private:
   struct Entry;
@@ -225,7 +233,11 @@ class Registry {
   const Entry& find_locked(const std::string& name) const;
   ModelStatus status_locked(const Entry& e) const;
   // The context a load plans for, in the estimate and the vetting.
-  llama_context_params context_params() const;
+  llama_context_params context_params(const Entry& e) const;
+  // The model's own settings over the options.
+  BatcherOptions batching_of(const Entry& e) const;
+  Millis keep_alive_of(const Entry& e) const;
+  int max_running_of(const Entry& e) const;
   VetRequest vet_request(const Entry& e) const;
   // With the lock held on entry and exit; drops it while loading.
   void load_locked(std::unique_lock<std::mutex>& lock, Entry& e, int64_t estimate);

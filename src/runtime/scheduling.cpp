@@ -50,8 +50,9 @@ bool Registry::admit_locked(std::unique_lock<std::mutex>& lock, Entry& e, const 
   // take a slot when it is done).
   auto join_queue = [&] {
     if (waiting) return;
-    const int slots = options_.max_running > 0 ? options_.max_running : 1;
-    const int running = options_.max_running > 0 ? std::min(e.in_flight, slots) : 0;
+    const int max_running = max_running_of(e);
+    const int slots = max_running > 0 ? max_running : 1;
+    const int running = max_running > 0 ? std::min(e.in_flight, slots) : 0;
     if (running + e.queued >= slots + options_.max_queue) {
       throw QueueFull("model '" + e.spec.name + "' has " + std::to_string(e.in_flight) + " requests running and " +
                       std::to_string(e.queued) + " waiting, the most it takes; try again shortly");
@@ -68,9 +69,9 @@ bool Registry::admit_locked(std::unique_lock<std::mutex>& lock, Entry& e, const 
     const bool admits = e.state == ModelState::loaded && !e.unload_requested && !e.draining;
     if (admits) {
       drop_turn();
-      if (!slot || options_.max_running == 0) return true;
+      if (!slot || max_running_of(e) == 0) return true;
       const bool first = e.slot_line.empty() || e.slot_line.front() == slot_ticket;
-      if (e.in_flight < options_.max_running && first) {
+      if (e.in_flight < max_running_of(e) && first) {
         if (slot_ticket != 0) e.slot_line.pop_front();
         slot_ticket = 0;
         return true;

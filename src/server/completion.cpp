@@ -51,7 +51,7 @@ struct Running {
   bool chat = false;
   Millis keep_alive{-2};
   Lease lease;
-  SessionOptions session;
+  std::string chat_template;  // the model's own setting, else --chat-template, else the file's
   std::string id;
   int64_t created = 0;
 };
@@ -59,7 +59,7 @@ struct Running {
 // Once the model is held: the prompt from the chat template, tokenized once
 // (generate then takes the tokens) and checked against the vocabulary and
 // the context as the engine would (BadPrompt and ContextOverflow are 400s).
-void prepare(Running& run, const std::string& chat_template) {
+void prepare(Running& run) {
   GenerateRequest& g = run.req.generate;
   Model& model = run.lease.model();
   // Its replies would be empty, and llama.cpp asserts on any text it is given.
@@ -69,15 +69,15 @@ void prepare(Running& run, const std::string& chat_template) {
   }
   if (run.chat) {
     try {
-      g.prompt = apply_chat_template(model, run.req.messages, chat_template);
+      g.prompt = apply_chat_template(model, run.req.messages, run.chat_template);
     } catch (const Error& e) {
       bad_request(e.what(), "no_chat_template");
     }
   } else {
     g.prompt = run.req.prompt;
   }
-  const int32_t n_ctx = run.session.n_ctx > 0 ? run.session.n_ctx : model.info().n_ctx_train;
-  g.prompt_tokens = prompt_tokens(model.vocab(), g, n_ctx);
+  // The model's own context a sequence, as its batch was made.
+  g.prompt_tokens = prompt_tokens(model.vocab(), g, model.batcher()->n_ctx_seq());
 }
 
 // On the model's batch: the registry starts one with every load.
@@ -109,9 +109,14 @@ void Server::count_tokens(const GenerateResult& r) {
 bool Server::complete(const httplib::Request& http_req, httplib::Response& res, bool chat) {
   auto run = std::make_shared<Running>();
   run->req = parse_completion_request(http_req.body, chat);
+  // The model's own settings: its template, and the fields a request that
+  // leaves them out gets (an unknown model is a 404 here, as it would be
+  // at the lease).
+  const ModelSettings settings = registry_.settings(run->req.model);
+  if (!settings.request_defaults.empty()) run->req = parse_completion_request(http_req.body, chat, settings.request_defaults);
+  run->chat_template = settings.chat_template.value_or(options_.chat_template);
   run->chat = chat;
   run->keep_alive = run->req.keep_alive_ms ? Millis(*run->req.keep_alive_ms) : Millis(-2);
-  run->session = registry_.options().session;
   run->id = std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(g_next_id.fetch_add(1));
   run->created = unix_now();
   try {
@@ -127,7 +132,7 @@ bool Server::complete(const httplib::Request& http_req, httplib::Response& res, 
       ++stats_.client_gone;
       return false;  // nobody reads an answer
     }
-    prepare(*run, options_.chat_template);
+    prepare(*run);
     CancelToken cancel;
     cancel.link(&run->lease.cancel_token());
     GenerateHooks hooks;
@@ -153,7 +158,7 @@ bool Server::complete(const httplib::Request& http_req, httplib::Response& res, 
   Wait now;
   now.no_wait = true;
   run->lease = registry_.acquire(run->req.model, run->keep_alive, now);
-  if (run->lease) prepare(*run, options_.chat_template);
+  if (run->lease) prepare(*run);
 
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");  // nginx: pass each event on as it comes
@@ -192,7 +197,7 @@ bool Server::complete(const httplib::Request& http_req, httplib::Response& res, 
           };
           try {
             run->lease = registry_.acquire(run->req.model, run->keep_alive, w);
-            prepare(*run, options_.chat_template);
+            prepare(*run);
           } catch (const ClientGone&) {
             ++stats_.client_gone;
             return false;

@@ -223,8 +223,11 @@ json parse_object(const std::string& body) {
   return j;
 }
 
-CompletionRequest parse_completion_request(const std::string& body, bool chat) {
-  const json j = parse_object(body);
+CompletionRequest parse_completion_request(const std::string& body, bool chat, const json& defaults) {
+  json j = parse_object(body);
+  for (const auto& [key, value] : defaults.items()) {
+    if (!j.contains(key) || j[key].is_null()) j[key] = value;
+  }
   CompletionRequest r;
   r.chat = chat;
   if (!j.contains("model")) bad_request("'model' is required", "model_required");

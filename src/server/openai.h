@@ -48,8 +48,10 @@ struct CompletionRequest {
   std::optional<int64_t> keep_alive_ms;  // Ollama's keep_alive ("5m", seconds, -1)
 };
 
-// Throws ApiException (400) naming the field that is wrong.
-CompletionRequest parse_completion_request(const std::string& body, bool chat);
+// Throws ApiException (400) naming the field that is wrong. `defaults`: the
+// fields a body that leaves them out (or sends null) gets, checked as its own.
+CompletionRequest parse_completion_request(const std::string& body, bool chat,
+                                           const nlohmann::json& defaults = nlohmann::json::object());
 
 // POST /v1/models/load {"model", "pin"} and /v1/models/unload {"model",
 // "mode": "drain" | "cancel", "timeout"}.

@@ -10,6 +10,7 @@ using nlohmann::json;
 json model_json(const ModelStatus& s) {
   const auto last_use = std::chrono::duration_cast<std::chrono::seconds>(s.last_use.time_since_epoch()).count();
   json j = {{"id", s.name},
+            {"aliases", s.aliases},
             {"object", "model"},
             {"owned_by", "reclaim"},
             {"created", 0},

@@ -1,0 +1,32 @@
+// What one model may set for itself (a [models.NAME] table of --config,
+// runtime/config_file.h). Each value left unset is the server's, from its
+// command line.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace reclaim {
+
+struct ModelSettings {
+  std::vector<std::string> aliases;  // more names requests may call it by
+  std::optional<int32_t> n_ctx;      // each sequence's context (--ctx)
+  std::optional<int32_t> parallel;   // sequences of its batch, and requests at once (--parallel)
+  std::optional<int32_t> n_threads;
+  std::optional<int32_t> n_gpu_layers;
+  std::optional<std::chrono::milliseconds> keep_alive;
+  std::optional<std::string> chat_template;  // a built-in name or template text
+  bool preload = false;
+  // Request fields a request that leaves them out gets (temperature, top_p,
+  // max_tokens, stop, ...): an object, checked as a request's are.
+  nlohmann::json request_defaults = nlohmann::json::object();
+
+  bool operator==(const ModelSettings&) const = default;
+};
+
+}  // namespace reclaim

@@ -1,0 +1,95 @@
+// `reclaim serve --config FILE`: each model's own settings, and a mistake
+// in the file as one line naming the file, the line and the key, exit 2.
+#include <httplib.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "served.h"
+#include "temp_path.h"
+
+using namespace reclaim::testing;
+using nlohmann::json;
+
+namespace {
+
+std::string write_config(const std::string& name, const std::string& text) {
+  const std::string path = temp_path(name);
+  std::ofstream(path) << text;
+  return path;
+}
+
+void expect_refused(const std::string& text, const std::string& says) {
+  const std::string path = write_config("refused.toml", text);
+  const Result r = run("serve --port 0 --config " + path);
+  EXPECT_EQ(r.status, 2) << r.out;
+  const std::string last = r.out.substr(r.out.rfind('\n', r.out.size() - 2) + 1);
+  EXPECT_EQ(last.rfind("reclaim: error: " + path + ":", 0), 0u) << r.out;
+  EXPECT_NE(last.find(says), std::string::npos) << r.out;
+}
+
+}  // namespace
+
+TEST(ServeConfig, AMistakeIsOneLineNamingTheFileTheLineAndTheKey) {
+  const std::string m = "[models.a]\npath = \"" + spm() + "\"\n";
+  expect_refused(m + "ctx = \"big\"\n", ":3: models.a.ctx: must be an integer");
+  expect_refused(m + "parallel = 0\n", ":3: models.a.parallel: must be 1..256");
+  expect_refused(m + "colour = 1\n", ":3: models.a.colour: is not a model setting");
+  expect_refused(m + "keep_alive = \"5 weeks\"\n", ":3: models.a.keep_alive:");
+  expect_refused(m + "aliases = [\"../up\"]\n", ":3: models.a.aliases: model name '../up' is not a name");
+  expect_refused(m + "[models.a.defaults]\ntemperature = -4\n", ":4: models.a.defaults.temperature:");
+  expect_refused(m + "[models.a.defaults]\nmessages = []\n", ":4: models.a.defaults.messages: is the request's own");
+  expect_refused("[models.a]\nctx = 4\n", ":1: models.a: has no 'path'");
+  expect_refused("[models.a\npath = 1\n", ":1: ");
+  expect_refused("[model.a]\npath = \"x\"\n", ":1: model: is not a section of the file (models)");
+  expect_refused("[models.a]\npath = \"" + temp_path("nowhere.gguf") + "\"\n", "models.a.path: ");
+  expect_refused(m + "aliases = [\"spm\"]\n[models.b]\npath = \"" + spm() + "\"\naliases = [\"spm\"]\n",
+                 ":6: models.b.aliases: 'spm' is already a name of models.a (line 3)");
+}
+
+TEST(ServeConfig, EachModelHasItsOwnSettingsAndTheFlagsAreTheDefaults) {
+  const std::string path = write_config("models.toml",
+                                        "[models.\"tiny:chat\"]\n"
+                                        "path = \"" + spm() + "\"\n"
+                                        "aliases = [\"tiny\", \"org/tiny:F16\"]\n"
+                                        "ctx = 512\n"
+                                        "parallel = 2\n"
+                                        "chat_template = \"chatml\"\n"
+                                        "preload = true\n"
+                                        "[models.\"tiny:chat\".defaults]\n"
+                                        "max_tokens = 3\n"
+                                        "temperature = 0\n"
+                                        "\n"
+                                        "[models.brief]\n"
+                                        "path = \"" + bpe() + "\"\n"
+                                        "keep_alive = 0\n");
+  Served s({"--config", path});
+  // Preloaded, its batch of two sequences, listed with its aliases.
+  const json m = s.model("tiny:chat");
+  EXPECT_EQ(m["state"], "loaded");
+  EXPECT_EQ(m["aliases"], json::array({"tiny", "org/tiny:F16"}));
+  // Called by an alias; the spm vocab has no template of its own, so the
+  // chat works only through the configured one; max_tokens is its default.
+  const json reply = s.post_json("/v1/chat/completions",
+                                 {{"model", "org/tiny:F16"}, {"messages", {{{"role", "user"}, {"content", "hi"}}}}});
+  EXPECT_EQ(reply["usage"]["completion_tokens"], 3) << reply.dump();
+  EXPECT_EQ(reply["model"], "org/tiny:F16");
+  // A request's own field wins over the default.
+  const json own = s.post_json("/v1/completions", {{"model", "tiny"}, {"prompt", "Once"}, {"max_tokens", 5}, {"temperature", 0}});
+  EXPECT_EQ(own["usage"]["completion_tokens"], 5);
+  // Its context is its own 512, not the server's 256.
+  expect_error(s.post("/v1/completions", {{"model", "tiny"}, {"prompt", "Once"}, {"max_tokens", 600}}), 400,
+               "context of 512 tokens");
+  const json r = s.get("/v1/resources");
+  for (const json& e : r["models"]) {
+    if (e["id"] == "tiny:chat") EXPECT_EQ(e["batch"]["sequences"], 2) << e.dump();
+  }
+  // keep_alive 0: unloaded once its request is done, while the flags'
+  // default (5m) keeps the others.
+  (void)s.post_json("/v1/completions", {{"model", "brief"}, {"prompt", "Once"}, {"max_tokens", 2}});
+  EXPECT_TRUE(s.until([&] { return s.model("brief")["state"] == "unloaded"; }));
+  EXPECT_EQ(s.model("tiny:chat")["state"], "loaded");
+  s.post_json("/v1/models/unload", {{"model", "tiny"}});
+  s.expect_clean();
+}

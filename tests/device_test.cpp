@@ -108,7 +108,9 @@ TEST(DeviceServe, LoadChatUnloadReturnsToThePostWarmUpLevel) {
     EXPECT_GT(ledger["by_device"]["vulkan0"]["bytes"].get<int64_t>(), 1 << 20) << ledger["by_device"].dump();
     int placed = 0;
     for (const json& e : ledger["entries"]) placed += e.contains("device_bytes") ? 1 : 0;
-    EXPECT_EQ(placed, 2) << "the model's entry and its batch context's";
+    // And the prompt cache's: the request's cells, kept in the KV cache on
+    // the device, are its share of the context's.
+    EXPECT_EQ(placed, 3) << "the model's entry, its batch context's and its prompt cache's";
     ASSERT_EQ(s.post("/v1/models/unload", {{"model", "spm"}})->status, 200);
     ASSERT_TRUE(s.until([&] { return s.model("spm")["state"] == "unloaded"; }));
   };

@@ -16,10 +16,13 @@ ServeCycle plan_serve_cycle(const CycleOptions& o, int cycle) {
       one_wave(o.requests);
       for (size_t i = 0; i < c.waves[0].size(); ++i) c.waves[0][i].model = static_cast<int>(i % 2);
       return c;
-    case Scenario::serve_chat:
+    case Scenario::serve_chat: {
       // Twice as many conversations as sequences: each turn, half find
       // their sequence taken, and come back from the saves in host memory.
-      for (int t = 0; t < std::max(1, o.requests / (2 * n_seq)); ++t) {
+      // As many turns as the context holds (the audit's prompt, a message
+      // a turn, the generated tokens).
+      const int fit = std::max(1, (o.n_ctx - 64 - o.n_generate) / kChatMessageTokens);
+      for (int t = 0; t < std::clamp(o.requests / (2 * n_seq), 1, fit); ++t) {
         one_wave(2 * n_seq);
         for (int i = 0; i < 2 * n_seq; ++i) {
           c.waves.back()[static_cast<size_t>(i)].conversation = i;
@@ -27,6 +30,7 @@ ServeCycle plan_serve_cycle(const CycleOptions& o, int cycle) {
         }
       }
       return c;
+    }
     case Scenario::serve_drain:
     case Scenario::serve_unload_cancel:
       one_wave(n_seq);
@@ -67,12 +71,12 @@ std::vector<llama_token> request_prompt(const llama_vocab* vocab, const ServeReq
   std::vector<llama_token> prompt = audit_prompt(vocab);
   const auto n_vocab = static_cast<uint32_t>(llama_vocab_n_tokens(vocab));
   for (int t = 0; r.conversation >= 0 && t <= r.turn; ++t) {
-    // 32 tokens a message, different for each conversation and turn, and
-    // the same on both sides; ids rather than text, so that any vocabulary
-    // (or none) has them. Longer than the audit's prompt that all share, so
-    // that a conversation whose sequence another takes would lose most of
-    // it, and is saved to host memory.
-    for (uint32_t i = 0; i < 32; ++i) {
+    // Different for each conversation and turn, and the same on both
+    // sides; ids rather than text, so that any vocabulary (or none) has
+    // them. Longer than the audit's prompt that all share, so that a
+    // conversation whose sequence another takes would lose most of it
+    // however soon its reply ended, and is saved to host memory.
+    for (uint32_t i = 0; i < static_cast<uint32_t>(kChatMessageTokens); ++i) {
       const uint32_t id = (static_cast<uint32_t>(r.conversation) * 131u + static_cast<uint32_t>(t) * 17u + i * 7u + 5u) % n_vocab;
       prompt.push_back(static_cast<llama_token>(id));
     }

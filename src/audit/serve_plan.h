@@ -19,6 +19,8 @@ namespace reclaim::audit {
 // grow it, which the audit would count as a request's growth (it did, by
 // 292 KiB on llama.cpp's llama test model, in serve-vanish).
 inline constexpr int kServeStepTokens = 16;
+// serve-chat: tokens of each turn's message.
+inline constexpr int kChatMessageTokens = 48;
 
 enum class RequestEnd {
   run,     // to its length

@@ -89,6 +89,12 @@ class Child {
     while (result_.out.find(text) == std::string::npos && std::chrono::steady_clock::now() < end) pump(100);
     return result_.out.find(text) != std::string::npos;
   }
+  // Reads until stderr contains `text` or `seconds` pass.
+  bool wait_for_err(const std::string& text, double seconds) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    while (result_.err.find(text) == std::string::npos && std::chrono::steady_clock::now() < end) pump(100);
+    return result_.err.find(text) != std::string::npos;
+  }
   const Result& so_far() const { return result_; }
   pid_t pid() const { return pid_; }
   void signal(int sig) { ::kill(pid_, sig); }

@@ -361,3 +361,42 @@ TEST(Registry, PromptCacheSavesGoBeforeAnyModelWhenRoomIsNeeded) {
   }
   EXPECT_EQ(reg.status("a").saved_bytes, 0u);
 }
+
+TEST(Registry, AReconfigurationAddsChangesAndRemovesModels) {
+  Registry reg(options(), {{"a", small_model("spm")}, {"b", small_model("bpe")}});
+  reg.load("a");
+  ModelSpec a2{"a", small_model("spm")};
+  a2.settings.n_ctx = 512;  // llama.cpp rounds a context up to 256
+  a2.settings.aliases = {"alpha"};
+  {
+    Lease busy = reg.acquire("a");
+    const Registry::Reconfigured r = reg.reconfigure({a2, {"c", spm_copy()}});
+    EXPECT_EQ(r.added, 1);
+    EXPECT_EQ(r.changed, 1);
+    EXPECT_EQ(r.removed, 1);
+    // b was not loaded: gone at once. a is busy: it keeps serving as it was.
+    EXPECT_THROW(reg.acquire("b"), UnknownModel);
+    EXPECT_EQ(reg.list().size(), 2u);
+    EXPECT_TRUE(reg.status("a").reload_pending);
+    EXPECT_EQ(reg.status("a").state, ModelState::loaded);
+    EXPECT_THROW(reg.acquire("alpha"), UnknownModel) << "its new settings wait for the reload";
+  }
+  // Idle: unloaded, and its next load has the new context.
+  ASSERT_TRUE(reg.wait_for_state("a", ModelState::unloaded, 30s));
+  EXPECT_FALSE(reg.status("a").reload_pending);
+  Lease l = reg.acquire("alpha");
+  ASSERT_TRUE(l);
+  EXPECT_EQ(l.model().batcher()->n_ctx_seq(), 512);
+  l.release();
+  // A set that is not valid changes nothing.
+  EXPECT_THROW(reg.reconfigure({{"x", small_model("spm")}, {"x", small_model("bpe")}}), Error);
+  EXPECT_EQ(reg.status("c").state, ModelState::unloaded);
+  EXPECT_THROW(reg.status("x"), UnknownModel);
+  // Settings a loaded model takes without a reload: at once.
+  ModelSpec a3 = a2;
+  a3.settings.aliases = {"alef"};
+  reg.load("a");
+  EXPECT_EQ(reg.reconfigure({a3, {"c", spm_copy()}}).changed, 1);
+  EXPECT_EQ(reg.status("alef").state, ModelState::loaded);
+  EXPECT_FALSE(reg.status("a").reload_pending);
+}

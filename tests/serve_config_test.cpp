@@ -3,6 +3,8 @@
 #include <httplib.h>
 #include <gtest/gtest.h>
 
+#include <csignal>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -91,5 +93,46 @@ TEST(ServeConfig, EachModelHasItsOwnSettingsAndTheFlagsAreTheDefaults) {
   EXPECT_TRUE(s.until([&] { return s.model("brief")["state"] == "unloaded"; }));
   EXPECT_EQ(s.model("tiny:chat")["state"], "loaded");
   s.post_json("/v1/models/unload", {{"model", "tiny"}});
+  s.expect_clean();
+}
+
+// SIGHUP reads the file again: an alias changed, a model added, one removed;
+// a mistake keeps what was there. A file dropped into --models-dir after
+// the start is found by the first request for it.
+TEST(ServeConfig, SighupReloadsAndAFolderIsLookedAtAgain) {
+  const std::string dir = temp_path("reload-folder");
+  std::filesystem::create_directories(dir);
+  const std::string one = "[models.one]\npath = \"" + spm() + "\"\n";
+  const std::string path = write_config("reload.toml", one + "aliases = [\"first\"]\n");
+  Served s({"--config", path, "--models-dir", dir});
+  (void)s.post_json("/v1/completions", {{"model", "first"}, {"prompt", "Once"}, {"max_tokens", 2}});
+
+  write_config("reload.toml", one + "aliases = [\"uno\"]\n[models.two]\npath = \"" + bpe() + "\"\n");
+  s.signal(SIGHUP);
+  ASSERT_TRUE(s.logged("SIGHUP: reloaded: 1 models added, 1 changed, 0 removed"));
+  // An alias needs no reload: the loaded model takes it at once.
+  EXPECT_EQ(s.model("one")["state"], "loaded");
+  (void)s.post_json("/v1/completions", {{"model", "uno"}, {"prompt", "Once"}, {"max_tokens", 2}});
+  (void)s.post_json("/v1/completions", {{"model", "two"}, {"prompt", "Once"}, {"max_tokens", 2}});
+  expect_error(s.post("/v1/completions", {{"model", "first"}, {"prompt", "Once"}}), 404, "'first'");
+
+  // A context of its own: a reload, once it is idle.
+  write_config("reload.toml", one + "ctx = 512\n");
+  s.signal(SIGHUP);
+  ASSERT_TRUE(s.logged("SIGHUP: reloaded: 0 models added, 1 changed, 1 removed"));
+  EXPECT_TRUE(s.until([&] { return s.model("one")["state"] == "unloaded" && s.model("two").is_null(); }));
+  expect_error(s.post("/v1/completions", {{"model", "one"}, {"prompt", "Once"}, {"max_tokens", 600}}), 400,
+               "context of 512 tokens");
+
+  write_config("reload.toml", one + "ctx = \"big\"\n");
+  s.signal(SIGHUP);
+  ASSERT_TRUE(s.logged("SIGHUP: kept the settings before: " + path + ":3: models.one.ctx: must be an integer"));
+  expect_error(s.post("/v1/completions", {{"model", "one"}, {"prompt", "Once"}, {"max_tokens", 600}}), 400,
+               "context of 512 tokens");
+
+  // Found on the first request for it.
+  std::filesystem::copy_file(spm(), dir + "/late.gguf");
+  (void)s.post_json("/v1/completions", {{"model", "late"}, {"prompt", "Once"}, {"max_tokens", 2}});
+  for (const char* m : {"one", "late"}) s.post_json("/v1/models/unload", {{"model", m}});
   s.expect_clean();
 }

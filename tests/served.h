@@ -145,6 +145,9 @@ class Served {
     EXPECT_LE(now.threads, outside_.threads);
     if (!sanitized()) EXPECT_LE(now.anon - outside_.anon, 1 << 20);
   }
+  void signal(int sig) { child_->signal(sig); }
+  // Waits for a line of the server's log (stderr).
+  bool logged(const std::string& text, double seconds = 60) { return child_->wait_for_err(text, seconds); }
   Result stop() {
     child_->signal(SIGTERM);
     return child_->wait();

@@ -10,6 +10,8 @@
 #include <cerrno>
 #include <cstring>
 #include <cstdio>
+#include <chrono>
+#include <mutex>
 #include <thread>
 
 #include "cli/commands.h"
@@ -65,13 +67,13 @@ Millis duration(const std::string& text, const std::string& flag) {
   }
 }
 
-std::vector<ModelSpec> model_specs(const Args& a) {
+// -m PATH[:ALIAS]... The alias defaults to the file name without .gguf. It
+// is all after the first ".gguf:", so that it may hold colons (qwen2.5:7b)
+// and the folders a colon; a file not named .gguf takes its alias after the
+// last colon that no '/' follows.
+std::vector<ModelSpec> models_from_flags(const Args& a) {
   std::vector<ModelSpec> out;
   for (const std::string& m : a.models) {
-    // PATH[:ALIAS]; the alias defaults to the file name without .gguf.
-    // The alias is all after the first ".gguf:", so that it may hold colons
-    // (qwen2.5:7b) and the folders a colon; a file not named .gguf takes
-    // its alias after the last colon that no '/' follows.
     std::string path = m, alias;
     if (const size_t at = m.find(".gguf:"); at != std::string::npos) {
       path = m.substr(0, at + 5);
@@ -88,46 +90,138 @@ std::vector<ModelSpec> model_specs(const Args& a) {
     }
     out.push_back({alias, path, false});
   }
-  if (!a.models_dir.empty()) {
-    DIR* d = ::opendir(a.models_dir.c_str());
-    if (!d) throw Error("--models-dir '" + a.models_dir + "' cannot be read: " + std::strerror(errno));
-    std::vector<std::string> names;
-    while (dirent* e = ::readdir(d)) {
-      std::string n = e->d_name;
-      if (n.size() > 5 && n.substr(n.size() - 5) == ".gguf") names.push_back(n);
+  return out;
+}
+
+// Every .gguf in --models-dir, named by its file.
+std::vector<ModelSpec> models_in_folder(const std::string& dir) {
+  std::vector<ModelSpec> out;
+  if (dir.empty()) return out;
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) throw Error("--models-dir '" + dir + "' cannot be read: " + std::strerror(errno));
+  std::vector<std::string> names;
+  while (dirent* e = ::readdir(d)) {
+    std::string n = e->d_name;
+    if (n.size() > 5 && n.substr(n.size() - 5) == ".gguf") names.push_back(n);
+  }
+  ::closedir(d);
+  std::sort(names.begin(), names.end());
+  for (const std::string& n : names) out.push_back({n.substr(0, n.size() - 5), dir + "/" + n, false});
+  return out;
+}
+
+std::vector<ModelSpec> models_in_config(const std::string& file) {
+  std::vector<ModelSpec> out;
+  if (file.empty()) return out;
+  for (ModelSpec& m : read_serve_config(file).models) {
+    try {
+      check_model_file(m.path);
+    } catch (const std::exception& e) {
+      throw Error(file + ": models." + m.name + ".path: " + e.what());
     }
-    ::closedir(d);
-    std::sort(names.begin(), names.end());
-    for (const std::string& n : names) out.push_back({n.substr(0, n.size() - 5), a.models_dir + "/" + n, false});
-  }
-  if (!a.config.empty()) {
-    for (ModelSpec& m : read_serve_config(a.config).models) {
-      try {
-        check_model_file(m.path);
-      } catch (const std::exception& e) {
-        throw Error(a.config + ": models." + m.name + ".path: " + e.what());
-      }
-      out.push_back(std::move(m));
-    }
-  }
-  if (out.empty()) {
-    const std::string p = default_test_model();
-    std::fprintf(stderr, "reclaim: no model given (-m, --models-dir): serving the random-weight test model as 'test'; its output is noise\n");
-    out.push_back({"test", p, false});
-  }
-  for (const std::string& pin : a.pins) {
-    auto it = std::find_if(out.begin(), out.end(), [&](const ModelSpec& s) { return s.name == pin; });
-    if (it == out.end()) throw Error("--pin " + pin + ": no model of that name");
-    it->pinned = true;
+    out.push_back(std::move(m));
   }
   return out;
 }
 
+// Where the served models come from: the flags, the folder and the config
+// file. The file and the folder are read again on SIGHUP, and the folder on
+// a request for a name the server does not have (when it changed since it
+// was last read: a name nobody has costs a stat), so that a file added after
+// the start is found.
+class ModelSources {
+ public:
+  explicit ModelSources(const Args& a)
+      : a_(a), flags_(models_from_flags(a)), folder_(models_in_folder(a.models_dir)), config_(models_in_config(a.config)) {}
+
+  std::vector<ModelSpec> all() const {
+    std::lock_guard lock(mu_);
+    return all_locked(folder_, config_);
+  }
+  bool empty_at_start() const { return flags_.empty() && folder_.empty() && config_.empty(); }
+
+  // SIGHUP: the file and the folder again. Throws, keeping the settings
+  // before, where either is wrong or the registry refuses the new set.
+  Registry::Reconfigured reload(Registry& registry) {
+    std::lock_guard lock(mu_);
+    const std::string stamp = folder_stamp(a_.models_dir);
+    std::vector<ModelSpec> folder = models_in_folder(a_.models_dir), config = models_in_config(a_.config);
+    const Registry::Reconfigured r = registry.reconfigure(all_locked(folder, config));
+    stamp_ = stamp;
+    folder_ = std::move(folder);
+    config_ = std::move(config);
+    return r;
+  }
+
+  // A request for an unknown name: the folder again; true if it found more.
+  bool rescan(Registry& registry) {
+    if (a_.models_dir.empty()) return false;
+    std::lock_guard lock(mu_);
+    const std::string stamp = folder_stamp(a_.models_dir);
+    if (stamp == stamp_) return false;
+    stamp_ = stamp;
+    try {
+      std::vector<ModelSpec> folder = models_in_folder(a_.models_dir);
+      if (folder == folder_) return false;
+      const Registry::Reconfigured r = registry.reconfigure(all_locked(folder, config_));
+      folder_ = std::move(folder);
+      std::fprintf(stderr, "reclaim: --models-dir: %d models added, %d removed\n", r.added, r.removed);
+      return r.added > 0;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "reclaim: --models-dir: %s\n", e.what());
+      return false;
+    }
+  }
+
+ private:
+  std::vector<ModelSpec> all_locked(const std::vector<ModelSpec>& folder, const std::vector<ModelSpec>& config) const {
+    std::vector<ModelSpec> out = flags_;
+    out.insert(out.end(), folder.begin(), folder.end());
+    out.insert(out.end(), config.begin(), config.end());
+    if (out.empty()) out.push_back({"test", default_test_model(), false});
+    for (const std::string& pin : a_.pins) {
+      auto it = std::find_if(out.begin(), out.end(), [&](const ModelSpec& s) { return s.name == pin; });
+      if (it == out.end()) throw Error("--pin " + pin + ": no model of that name");
+      it->pinned = true;
+    }
+    return out;
+  }
+
+  // When the folder's entries last changed (its mtime and ctime, in ns).
+  static std::string folder_stamp(const std::string& dir) {
+    struct stat st {};
+    if (::stat(dir.c_str(), &st) != 0) return "";
+    return std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec) + "/" +
+           std::to_string(st.st_ctim.tv_sec) + "." + std::to_string(st.st_ctim.tv_nsec);
+  }
+
+  const Args& a_;
+  mutable std::mutex mu_;
+  // Of the folder_ read: taken before it, so that a file added while it is
+  // read changes the stamp again.
+  std::string stamp_ = folder_stamp(a_.models_dir);
+  const std::vector<ModelSpec> flags_;
+  std::vector<ModelSpec> folder_, config_;
+};
+
+// SIGHUP: the config file and the folder again. A mistake keeps the
+// settings before, and says so in one line.
+void reload(ModelSources& sources, Registry& registry) {
+  try {
+    const Registry::Reconfigured r = sources.reload(registry);
+    std::fprintf(stderr, "reclaim: SIGHUP: reloaded: %d models added, %d changed, %d removed\n", r.added, r.changed,
+                 r.removed);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "reclaim: SIGHUP: kept the settings before: %s\n", e.what());
+  }
+}
+
 // Serves until SIGTERM or SIGINT, then stops: the registry, the HTTP
 // server and their threads are gone when this returns.
-void serve_until_stopped(RegistryOptions opts, std::vector<ModelSpec> specs, const server::ServerOptions& so,
-                         const std::vector<std::string>& preload, const sigset_t& stop_signals, Millis shutdown_timeout) {
-  Registry registry(std::move(opts), std::move(specs));
+void serve_until_stopped(RegistryOptions opts, ModelSources& sources, server::ServerOptions so,
+                         const std::vector<std::string>& preload, const sigset_t& signals, Millis shutdown_timeout) {
+  Registry registry(std::move(opts), sources.all());
+  so.rediscover = [&sources, &registry] { return sources.rescan(registry); };
   server::Server http(so, registry);
   const int port = http.bind();
   // The accept loop's thread, on the ledger. Whatever fails from here on,
@@ -162,7 +256,11 @@ void serve_until_stopped(RegistryOptions opts, std::vector<ModelSpec> specs, con
   std::fflush(stdout);
 
   int sig = 0;
-  sigwait(&stop_signals, &sig);
+  for (;;) {
+    sigwait(&signals, &sig);
+    if (sig != SIGHUP) break;
+    reload(sources, registry);
+  }
   std::fprintf(stderr, "reclaim: %s: stopping; requests in flight have %lld ms to finish\n", sig == SIGINT ? "SIGINT" : "SIGTERM",
                static_cast<long long>(shutdown_timeout.count()));
   // Requests end as their models unload (drained up to the timeout, then
@@ -180,6 +278,7 @@ int serve(const Args& a) {
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGHUP);  // a reload, not a stop
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
 
@@ -243,12 +342,16 @@ int serve(const Args& a) {
   so.stream_keepalive = duration(a.stream_keepalive, "stream-keepalive");
   const Millis shutdown_timeout = duration(a.shutdown_timeout, "shutdown-timeout");
 
-  std::vector<ModelSpec> specs = model_specs(a);
+  ModelSources sources(a);
+  if (sources.empty_at_start()) {
+    std::fprintf(stderr, "reclaim: no model given (-m, --models-dir, --config): serving the random-weight test model as "
+                         "'test'; its output is noise\n");
+  }
   std::vector<std::string> preload = a.preload;
-  for (const ModelSpec& m : specs) {
+  for (const ModelSpec& m : sources.all()) {
     if (m.settings.preload && std::find(preload.begin(), preload.end(), m.name) == preload.end()) preload.push_back(m.name);
   }
-  serve_until_stopped(std::move(opts), std::move(specs), so, preload, stop_signals, shutdown_timeout);
+  serve_until_stopped(std::move(opts), sources, so, preload, stop_signals, shutdown_timeout);
   // Read once everything with threads or models is gone: the HTTP threads,
   // the reaper and the vetter are on the ledger while they live. An
   // accelerator's runtime state goes only with the process: said apart.

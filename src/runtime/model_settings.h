@@ -29,4 +29,11 @@ struct ModelSettings {
   bool operator==(const ModelSettings&) const = default;
 };
 
+// Whether a model loaded with `a` must load again to take `b`: what its
+// weights and its batch were made with. The rest (aliases, template,
+// keep-alive, defaults) a loaded model takes at once.
+inline bool needs_reload(const ModelSettings& a, const ModelSettings& b) {
+  return a.n_ctx != b.n_ctx || a.parallel != b.parallel || a.n_threads != b.n_threads || a.n_gpu_layers != b.n_gpu_layers;
+}
+
 }  // namespace reclaim

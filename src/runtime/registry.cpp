@@ -82,24 +82,8 @@ Registry::Registry(RegistryOptions options, std::vector<ModelSpec> models)
   // The batch's context parameters refuse a bad --parallel or --batch: now,
   // rather than at the first load.
   (void)context_params(Entry(ModelSpec{}));
-  std::vector<std::string> names;
-  for (ModelSpec& m : models) {
-    names.push_back(m.name);
-    names.insert(names.end(), m.settings.aliases.begin(), m.settings.aliases.end());
-    entries_.emplace_back(std::move(m));
-  }
-  std::sort(names.begin(), names.end());
-  for (size_t i = 0; i < names.size(); ++i) {
-    check_name(names[i]);
-    if (i > 0 && names[i] == names[i - 1]) throw Error("two models are named '" + names[i] + "'");
-  }
-  for (const Entry& e : entries_) {
-    try {
-      (void)context_params(e);
-    } catch (const std::exception& ex) {
-      throw Error("model '" + e.spec.name + "': " + ex.what());
-    }
-  }
+  validate(models);
+  for (ModelSpec& m : models) entries_.emplace_back(std::move(m));
   Scope::Slot slot = scope_.reserve(Kind::thread, "keep-alive reaper");
   reaper_ = std::thread([this] { reaper(); });
   // The reaper's one release site; if the arm fails, it runs at once.
@@ -124,13 +108,84 @@ void Registry::stop_reaper() noexcept {
   reaper_.join();
 }
 
+void Registry::validate(const std::vector<ModelSpec>& models) const {
+  std::vector<std::string> names;
+  for (const ModelSpec& m : models) {
+    names.push_back(m.name);
+    names.insert(names.end(), m.settings.aliases.begin(), m.settings.aliases.end());
+  }
+  std::sort(names.begin(), names.end());
+  for (size_t i = 0; i < names.size(); ++i) {
+    check_name(names[i]);
+    if (i > 0 && names[i] == names[i - 1]) throw Error("two models are named '" + names[i] + "'");
+  }
+  for (const ModelSpec& m : models) {
+    try {
+      (void)context_params(Entry(m));
+    } catch (const std::exception& ex) {
+      throw Error("model '" + m.name + "': " + ex.what());
+    }
+  }
+}
+
+Registry::Reconfigured Registry::reconfigure(std::vector<ModelSpec> models) {
+  validate(models);
+  Reconfigured r;
+  std::unique_lock lock(mu_);
+  std::vector<std::string> kept;
+  for (ModelSpec& m : models) {
+    kept.push_back(m.name);
+    auto it = std::find_if(entries_.begin(), entries_.end(), [&](const Entry& e) { return e.spec.name == m.name; });
+    if (it == entries_.end()) {
+      entries_.emplace_back(std::move(m));
+      ++r.added;
+      continue;
+    }
+    Entry& e = *it;
+    const bool was_retired = std::exchange(e.retired, false);
+    const ModelSpec& now = e.next_spec ? *e.next_spec : e.spec;
+    if (now == m && !was_retired) continue;
+    ++(was_retired ? r.added : r.changed);
+    const bool reload = m.path != e.spec.path || needs_reload(e.spec.settings, m.settings);
+    if (!reload) {
+      e.spec = std::move(m);
+      e.next_spec.reset();
+    } else if (e.state == ModelState::unloaded) {
+      e.spec = std::move(m);
+      e.next_spec.reset();
+      e.estimated_file.clear();  // the estimate was of the old context
+    } else {
+      e.next_spec = std::move(m);
+    }
+  }
+  for (Entry& e : entries_) {
+    if (e.retired || std::find(kept.begin(), kept.end(), e.spec.name) != kept.end()) continue;
+    e.retired = true;
+    e.next_spec.reset();
+    ++r.removed;
+  }
+  sweep_locked();
+  reaper_cv_.notify_all();
+  cv_.notify_all();
+  return r;
+}
+
+void Registry::sweep_locked() {
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    const Entry& e = *it;
+    const bool held = e.state != ModelState::unloaded || e.in_flight > 0 || e.queued > 0 || e.pending_admits > 0 ||
+                      std::any_of(line_.begin(), line_.end(), [&](const Turn& t) { return t.entry == &e; });
+    it = e.retired && !held ? entries_.erase(it) : std::next(it);
+  }
+}
+
 Registry::Entry& Registry::find_locked(const std::string& name) {
   for (Entry& e : entries_) {
-    if (e.spec.name == name) return e;
+    if (e.spec.name == name && !e.retired) return e;
   }
   for (Entry& e : entries_) {
     const std::vector<std::string>& a = e.spec.settings.aliases;
-    if (std::find(a.begin(), a.end(), name) != a.end()) return e;
+    if (!e.retired && std::find(a.begin(), a.end(), name) != a.end()) return e;
   }
   throw UnknownModel("model '" + name + "' is not one this server has (see /v1/models)");
 }
@@ -383,6 +438,12 @@ void Registry::finish_unload_locked(std::unique_lock<std::mutex>& lock, Entry& e
   lock.lock();
   e.state = ModelState::unloaded;
   e.unload_requested = false;
+  if (e.next_spec) {
+    // Reconfigured while loaded: the next load takes the new settings.
+    e.spec = std::move(*e.next_spec);
+    e.next_spec.reset();
+    e.estimated_file.clear();
+  }
   e.reserved = 0;
   e.reserved_at.clear();
   e.progress = 0;
@@ -417,11 +478,19 @@ void Registry::release_lease(Lease& l) noexcept {
 void Registry::reaper() {
   std::unique_lock lock(mu_);
   while (!stopping_) {
+    // A removed model's last waiter may have gone without a load.
+    sweep_locked();
     const Steady::time_point now = Steady::now();
     Steady::time_point next = Steady::time_point::max();
     Entry* expired = nullptr;
     for (Entry& e : entries_) {
-      if (e.state != ModelState::loaded || e.in_flight > 0 || e.unload_requested || e.spec.pinned) continue;
+      if (e.state != ModelState::loaded || e.in_flight > 0 || e.unload_requested) continue;
+      // Reconfigured: unloaded as soon as it is idle, pinned or not.
+      if (e.next_spec || e.retired) {
+        expired = &e;
+        break;
+      }
+      if (e.spec.pinned) continue;
       if (e.expires <= now) {
         expired = &e;
         break;
@@ -430,6 +499,7 @@ void Registry::reaper() {
     }
     if (expired) {
       unload_locked(lock, *expired, UnloadMode::drain, Millis(0));
+      sweep_locked();
       continue;
     }
     if (next == Steady::time_point::max()) {
@@ -445,6 +515,8 @@ ModelStatus Registry::status_locked(const Entry& e) const {
   s.name = e.spec.name;
   s.path = e.spec.path;
   s.aliases = e.spec.settings.aliases;
+  s.reload_pending = e.next_spec.has_value();
+  s.removing = e.retired;
   s.state = e.state;
   s.pinned = e.spec.pinned;
   s.in_flight = e.in_flight;

@@ -54,6 +54,7 @@ struct ModelSpec {
   std::string path;
   bool pinned = false;
   ModelSettings settings;  // its own; unset ones are the registry's options
+  bool operator==(const ModelSpec&) const = default;
 };
 
 using Millis = std::chrono::milliseconds;
@@ -174,6 +175,8 @@ struct ModelStatus {
   int sequences = 0;
   int sequences_active = 0;
   uint64_t decode_steps = 0, decoded_tokens = 0;
+  bool reload_pending = false;  // new settings wait for it to be idle, then unloaded
+  bool removing = false;        // gone from the configuration: unloaded once idle, then dropped
   uint64_t cached_tokens = 0;  // whose KV cells the prompt cache keeps
   uint64_t saved_bytes = 0, saved = 0;  // the prompt cache's saves in host memory
 };
@@ -201,6 +204,19 @@ class Registry {
   void unload_all(UnloadMode mode, Millis timeout);
 
   std::vector<ModelStatus> list() const;
+
+  // The models as a reloaded configuration has them (SIGHUP, a folder
+  // scanned again). A new name is added. A model whose path, context,
+  // parallelism, threads or GPU layers changed takes them at once if it is
+  // not loaded, else once it is idle: it is unloaded then and loads with
+  // them next; its other settings (aliases, template, keep-alive, pin,
+  // defaults) it takes at once. A name no longer there is refused from now
+  // on and dropped once unloaded (a busy model when idle). Throws Error,
+  // changing nothing, where the set is not valid.
+  struct Reconfigured {
+    int added = 0, changed = 0, removed = 0;
+  };
+  Reconfigured reconfigure(std::vector<ModelSpec> models);
   SchedulerStats scheduler() const;
   ModelStatus status(const std::string& name) const;
   // Waits (on the registry's condition, not a sleep) until `name` is in `state`.
@@ -234,6 +250,10 @@ class Registry {
   ModelStatus status_locked(const Entry& e) const;
   // The context a load plans for, in the estimate and the vetting.
   llama_context_params context_params(const Entry& e) const;
+  // Names and aliases valid and given once; each context possible.
+  void validate(const std::vector<ModelSpec>& models) const;
+  // Drops the entries removed from the configuration that nothing refers to.
+  void sweep_locked();
   // The model's own settings over the options.
   BatcherOptions batching_of(const Entry& e) const;
   Millis keep_alive_of(const Entry& e) const;

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <deque>
+#include <optional>
 
 #include "runtime/registry.h"
 
@@ -14,6 +15,8 @@ using Steady = std::chrono::steady_clock;
 struct Registry::Entry {
   explicit Entry(ModelSpec s) : spec(std::move(s)) {}
   ModelSpec spec;
+  std::optional<ModelSpec> next_spec;  // reconfigured: taken once it is unloaded
+  bool retired = false;                // reconfigured away: refused, dropped once unloaded
   ModelState state = ModelState::unloaded;
   std::unique_ptr<Model> model;
   int in_flight = 0;

@@ -44,6 +44,7 @@ bool Registry::admit_locked(std::unique_lock<std::mutex>& lock, Entry& e, const 
       sched_.wait_seconds += std::chrono::duration<double>(Steady::now() - t0).count();
     }
     cv_.notify_all();
+    if (e.retired) reaper_cv_.notify_all();  // it may be dropped now
   });
   // Refused at once rather than queued past what the model takes: its
   // running slots and max_queue more (a request that waits for a load will

@@ -100,6 +100,16 @@ std::function<void()> cancel_when_client_leaves(CancelToken& cancel) {
 
 }  // namespace
 
+ModelSettings Server::settings_of(const std::string& model) {
+  try {
+    return registry_.settings(model);
+  } catch (const UnknownModel&) {
+    // A file added to --models-dir after the start.
+    if (!options_.rediscover || !options_.rediscover()) throw;
+  }
+  return registry_.settings(model);
+}
+
 void Server::count_tokens(const GenerateResult& r) {
   stats_.prompt_tokens += static_cast<uint64_t>(r.timings.prompt_tokens);
   stats_.cached_prompt_tokens += static_cast<uint64_t>(r.timings.cached_tokens);
@@ -112,7 +122,7 @@ bool Server::complete(const httplib::Request& http_req, httplib::Response& res, 
   // The model's own settings: its template, and the fields a request that
   // leaves them out gets (an unknown model is a 404 here, as it would be
   // at the lease).
-  const ModelSettings settings = registry_.settings(run->req.model);
+  const ModelSettings settings = settings_of(run->req.model);
   if (!settings.request_defaults.empty()) run->req = parse_completion_request(http_req.body, chat, settings.request_defaults);
   run->chat_template = settings.chat_template.value_or(options_.chat_template);
   run->chat = chat;

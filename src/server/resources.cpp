@@ -11,6 +11,8 @@ json model_json(const ModelStatus& s) {
   const auto last_use = std::chrono::duration_cast<std::chrono::seconds>(s.last_use.time_since_epoch()).count();
   json j = {{"id", s.name},
             {"aliases", s.aliases},
+            {"reload_pending", s.reload_pending},
+            {"removing", s.removing},
             {"object", "model"},
             {"owned_by", "reclaim"},
             {"created", 0},

@@ -188,6 +188,7 @@ void Server::routes() {
     Connections::answering();  // the request is whole: the read timeout no longer runs
     guarded(res, [&] {
       const ControlRequest c = parse_control_request(req.body, false);
+      (void)settings_of(c.model);  // a file added to --models-dir since
       Wait wait;
       wait.still_wanted = [] { return !Connections::client_gone(); };
       registry_.load(c.model, c.pin, wait);

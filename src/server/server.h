@@ -13,6 +13,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -38,6 +39,9 @@ struct ServerOptions {
   std::string api_key;                 // empty: no auth
   size_t max_body = 8u << 20;          // bytes; larger bodies get 413
   std::string chat_template;           // overrides the models' own
+  // Asked on a request for a name the server does not have: looks for more
+  // models (--models-dir again); true if it found some.
+  std::function<bool()> rediscover;
   int http_threads = 4;                // threads that stay; more start as connections come
   int max_connections = 512;           // connections served at once; more wait for a thread
   Millis read_timeout = std::chrono::seconds(10);  // to deliver a whole request (slowloris)
@@ -74,6 +78,8 @@ class Server {
   // (server/completion.cpp).
   bool complete(const httplib::Request& req, httplib::Response& res, bool chat);
   void count_tokens(const GenerateResult& r);
+  // The model's own settings; an unknown name looks for new models first.
+  ModelSettings settings_of(const std::string& model);
   HttpStats http_stats() const;
   ServerOptions options_;
   Millis unload_timeout_;

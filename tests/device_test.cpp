@@ -199,4 +199,30 @@ TEST(DeviceServe, TheDeviceHasABudgetOfItsOwn) {
   EXPECT_NE(r.out.find("'cuda7', which is not here (places: host, vulkan0)"), std::string::npos) << r.out;
 }
 
+
+// Each model its own GPU layers (--config): all of one model's weights on
+// the device, none of the other's, in one server.
+TEST(DeviceServe, EachModelHasTheGpuLayersItsConfigGives) {
+  const std::string path = temp_path("device-models.toml");
+  std::ofstream(path) << "[models.ondevice]\npath = \"" << spm() << "\"\ngpu_layers = -1\n"
+                      << "[models.onhost]\npath = \"" << spm() << "\"\ngpu_layers = 0\n";
+  Served s({"--config", path});
+  auto weights_on_device = [&](const std::string& model) {
+    const json ledger = s.get("/v1/resources")["ledger"];
+    for (const json& e : ledger["entries"]) {
+      if (e["kind"] == "model" && e["owner"] == "registry/model:" + model) return e.value("device_bytes", json::object());
+    }
+    ADD_FAILURE() << "no weights entry for " << model << ": " << ledger.dump();
+    return json::object();
+  };
+  for (const char* m : {"ondevice", "onhost"}) {
+    auto r = s.post("/v1/completions", {{"model", m}, {"prompt", "hello"}, {"max_tokens", 4}, {"temperature", 0}});
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+  }
+  EXPECT_GT(weights_on_device("ondevice").value("vulkan0", int64_t{0}), 1 << 20);
+  EXPECT_EQ(weights_on_device("onhost").value("vulkan0", int64_t{0}), 0);
+  for (const char* m : {"ondevice", "onhost"}) s.post("/v1/models/unload", {{"model", m}});
+}
+
 }  // namespace

@@ -209,10 +209,7 @@ void Batcher::admit_locked() {
     const PromptCache::Pick p = cache_->pick(j->prompt, j->cache_prompt, [&](size_t s) { return slots_[s] != nullptr; });
     if (p.seq < 0) break;
     pending_.pop_front();
-    // At least the prompt's last token is decoded: its logits give the first
-    // token.
-    const int32_t want = std::min(p.common, static_cast<int32_t>(j->prompt.size()) - 1);
-    const int32_t kept = cache_->take(ctx_.get(), p, want, n_swa_);
+    const int32_t kept = cache_->take(ctx_.get(), p, j->prompt, j->cache_prompt, n_swa_);
     j->seq = p.seq;
     j->n_past = j->n_fed = kept;
     j->result->timings.cached_tokens = kept;

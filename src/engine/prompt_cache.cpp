@@ -13,18 +13,23 @@ PromptCache::PromptCache(Scope& model_scope, Scope& context_scope, CleanupId con
   entry_ = scope_.add(Kind::prompt_cache, "KV cells kept for the next request (in the context's buffer)", 0, [] {});
 }
 
-int32_t PromptCache::take(llama_context* ctx, const Pick& p, int32_t n_keep, int32_t n_swa) {
+int32_t PromptCache::take(llama_context* ctx, const Pick& p, const std::vector<llama_token>& prompt, bool reuse,
+                          int32_t n_swa) {
   const int32_t seq = p.seq;
   Seq& q = seqs_[static_cast<size_t>(seq)];
   llama_memory_t mem = llama_get_memory(ctx);
+  auto shared = [&] {
+    const auto common = static_cast<int32_t>(common_prefix(q.tokens, prompt));
+    return reuse ? std::min(common, static_cast<int32_t>(prompt.size()) - 1) : 0;
+  };
   // Most of another conversation would be lost here: kept in the store, for
   // when it comes back (llama-server saves a slot it is about to lose half
-  // of the same way).
-  // Neither is needed for the request: a save that fails (no memory, the
-  // model unloading) only means a later miss.
+  // of the same way). Neither the save nor the restore is needed for the
+  // request: one that fails (no memory, the model unloading) only means a
+  // later miss.
   try {
-    if (!q.tokens.empty() && (p.saved.save || static_cast<size_t>(n_keep) * 2 < q.tokens.size())) {
-      (void)store_.save(ctx, seq, q.tokens);
+    if (!q.tokens.empty() && (p.saved.save || static_cast<size_t>(shared()) * 2 < q.tokens.size())) {
+      (void)store_.save(ctx, seq, q.tokens, p.saved.save);
     }
   } catch (...) {
   }
@@ -38,7 +43,7 @@ int32_t PromptCache::take(llama_context* ctx, const Pick& p, int32_t n_keep, int
       llama_memory_seq_rm(mem, seq, -1, -1);
     }
   }
-  n_keep = std::clamp(n_keep, 0, static_cast<int32_t>(q.tokens.size()));
+  int32_t n_keep = shared();
   if (n_keep > 0) {
     // The next position needs the cells of the window before it (all of
     // them without a sliding window): a sliding window forgot the start of
@@ -111,7 +116,6 @@ void PromptCache::account() {
       d.bytes -= b;
     }
   }
-  held_ = held;
   context_scope_.place(context_entry_, rest.host, rest.devices);
   scope_.place(entry_, held.host, held.devices);
 }

@@ -56,13 +56,14 @@ class PromptCache {
   template <class Busy>
   Pick pick(const std::vector<llama_token>& prompt, bool reuse, Busy busy) const;
 
-  // A request took `p.seq`: its cells are the request's now. Cells it would
-  // lose, most of another conversation's, are saved first; a save picked is
-  // put back. It keeps the first `n_keep` (the shared prefix) and the rest
-  // are removed; returns how many it kept, which is fewer where the memory
-  // cannot cut a sequence there (a recurrent state, a sliding window that
-  // dropped the start).
-  int32_t take(llama_context* ctx, const Pick& p, int32_t n_keep, int32_t n_swa);
+  // A request of `prompt` took `p.seq`: its cells are the request's now.
+  // Cells it would lose, most of another conversation's, are saved first; a
+  // save picked is put back. It keeps the prefix the cells share with the
+  // prompt (`reuse`), all but the prompt's last token, whose logits give the
+  // first one; the rest are removed. Returns how many it kept, which is fewer
+  // where the memory cannot cut a sequence there (a recurrent state, a
+  // sliding window that dropped the start).
+  int32_t take(llama_context* ctx, const Pick& p, const std::vector<llama_token>& prompt, bool reuse, int32_t n_swa);
   // The request in `seq` ended well; the first `n_past` positions of its
   // cells hold `prompt` then `generated`. Kept for the next request; false
   // (nothing kept) where n_past does not fit them.
@@ -72,8 +73,7 @@ class PromptCache {
   void drop(llama_context* ctx, int32_t seq);
 
   size_t tokens(int32_t seq) const { return seqs_[static_cast<size_t>(seq)].tokens.size(); }
-  uint64_t cells() const;                  // over every sequence
-  Placement bytes() const { return held_; }  // what the ledger entry holds
+  uint64_t cells() const;  // over every sequence
   PromptStore& store() { return store_; }
 
  private:
@@ -94,7 +94,6 @@ class PromptCache {
   PromptStore store_;
   Scope scope_;  // "cache", under the model's
   CleanupId entry_ = 0;
-  Placement held_;
 };
 
 template <class Busy>
@@ -125,9 +124,7 @@ PromptCache::Pick PromptCache::pick(const std::vector<llama_token>& prompt, bool
     return p;
   }
   if (best.seq >= 0 && worth) return best;
-  if (empty.seq >= 0) return empty;
-  if (lru.seq >= 0 && reuse) lru.common = static_cast<int32_t>(common_prefix(seqs_[static_cast<size_t>(lru.seq)].tokens, prompt));
-  return lru;
+  return empty.seq >= 0 ? empty : lru;
 }
 
 }  // namespace reclaim

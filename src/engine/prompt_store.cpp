@@ -30,14 +30,14 @@ void PromptStore::free_locked(std::list<Saved>::iterator it) {
   saved_.erase(it);
 }
 
-std::vector<CleanupId> PromptStore::make_room_locked(uint64_t cap, uint64_t more) {
+std::vector<CleanupId> PromptStore::make_room_locked(uint64_t cap, uint64_t more, uint64_t keep) {
   std::vector<CleanupId> drop;
   uint64_t kept = bytes_.load();
   std::vector<const Saved*> by_age;
   for (const Saved& s : saved_) {
-    if (s.id != 0) by_age.push_back(&s);  // one being armed is not droppable yet
+    if (s.id != 0 && s.serial != keep) by_age.push_back(&s);  // one being armed is not droppable yet
   }
-  std::sort(by_age.begin(), by_age.end(), [](const Saved* a, const Saved* b) { return a->used < b->used; });
+  std::sort(by_age.begin(), by_age.end(), [](const Saved* a, const Saved* b) { return a->serial < b->serial; });
   for (const Saved* s : by_age) {
     if (kept + more <= cap) break;
     drop.push_back(s->id);
@@ -50,7 +50,7 @@ void PromptStore::release_all(const std::vector<CleanupId>& ids) {
   for (CleanupId id : ids) scope_.release(id);
 }
 
-bool PromptStore::save(llama_context* ctx, int32_t seq, const std::vector<llama_token>& tokens) {
+bool PromptStore::save(llama_context* ctx, int32_t seq, const std::vector<llama_token>& tokens, uint64_t keep) {
   const uint64_t cap = cap_.load();
   if (cap == 0 || tokens.empty()) return false;
   const size_t size = llama_state_seq_get_size(ctx, seq);
@@ -61,15 +61,17 @@ bool PromptStore::save(llama_context* ctx, int32_t seq, const std::vector<llama_
   {
     std::lock_guard lock(mu_);
     for (const Saved& s : saved_) {
-      if (s.id != 0 && s.tokens == tokens) drop.push_back(s.id);
+      if (s.id != 0 && s.serial != keep && s.tokens == tokens) drop.push_back(s.id);
     }
   }
   release_all(drop);
   {
     std::lock_guard lock(mu_);
-    drop = make_room_locked(cap, mapped);
+    drop = make_room_locked(cap, mapped, keep);
   }
   release_all(drop);
+  // What is left (the save kept for its restore) may leave no room.
+  if (bytes_.load() + mapped > cap) return false;
   Scope::Slot slot = scope_.reserve(Kind::prompt_cache, "saved KV cells of " + std::to_string(tokens.size()) +
                                                             " tokens (host memory)");
   void* state = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -83,7 +85,7 @@ bool PromptStore::save(llama_context* ctx, int32_t seq, const std::vector<llama_
   {
     std::lock_guard lock(mu_);
     try {
-      saved_.push_back(Saved{tokens, state, got, mapped, ++clock_, 0});
+      saved_.push_back(Saved{tokens, state, got, mapped, ++serials_, 0});
     } catch (...) {
       ::munmap(state, mapped);
       throw;
@@ -112,7 +114,7 @@ PromptStore::Match PromptStore::best(const std::vector<llama_token>& prompt) con
   for (const Saved& s : saved_) {
     if (s.id == 0) continue;
     const auto common = static_cast<int32_t>(common_prefix(s.tokens, prompt));
-    if (common > m.common) m = {&s, common};
+    if (common > m.common) m = {s.serial, common};
   }
   return m;
 }
@@ -123,7 +125,7 @@ bool PromptStore::restore(llama_context* ctx, int32_t seq, const Match& m, std::
   {
     std::lock_guard lock(mu_);
     for (Saved& s : saved_) {
-      if (&s != m.save || s.id == 0) continue;
+      if (s.serial != m.save || s.id == 0) continue;
       ok = llama_state_seq_set_data(ctx, static_cast<const uint8_t*>(s.state), s.size, seq) != 0;
       if (ok) tokens = s.tokens;
       id = s.id;

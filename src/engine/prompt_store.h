@@ -29,15 +29,16 @@ class PromptStore {
   PromptStore(const PromptStore&) = delete;
   PromptStore& operator=(const PromptStore&) = delete;
 
-  // Saves the cells of `seq`, which hold `tokens`, dropping the least
-  // recently used saves to fit the cap; false if it cannot fit or llama.cpp
-  // gives no state. A save of the same tokens is replaced.
-  bool save(llama_context* ctx, int32_t seq, const std::vector<llama_token>& tokens);
-
   struct Match {
-    const void* save = nullptr;  // null: none
-    int32_t common = 0;          // tokens it shares with the prompt
+    uint64_t save = 0;   // its serial; 0: none
+    int32_t common = 0;  // tokens it shares with the prompt
   };
+
+  // Saves the cells of `seq`, which hold `tokens`, dropping the least
+  // recently used saves to fit the cap, but never `keep` (a save about to be
+  // put back); false if it cannot fit or llama.cpp gives no state. A save of
+  // the same tokens is replaced.
+  bool save(llama_context* ctx, int32_t seq, const std::vector<llama_token>& tokens, uint64_t keep = 0);
   Match best(const std::vector<llama_token>& prompt) const;
   // Puts `m`'s cells into the empty sequence `seq` and forgets the save
   // (the sequence holds it now); its tokens go to `tokens`. False, with the
@@ -55,20 +56,21 @@ class PromptStore {
     std::vector<llama_token> tokens;
     void* state = nullptr;  // mapped for itself: unmapped, it is the OS's again
     size_t size = 0, mapped = 0;
-    uint64_t used = 0;
+    uint64_t serial = 0;  // a save's name for Match: unlike its address, never reused
     CleanupId id = 0;
   };
   void free_locked(std::list<Saved>::iterator it);
-  // Drops least recently used saves until `more` bytes fit `cap`; returns
-  // the cleanups to release once the lock is dropped.
-  std::vector<CleanupId> make_room_locked(uint64_t cap, uint64_t more);
+  // Drops least recently used saves (the oldest serials) but `keep` until
+  // `more` bytes fit `cap`; returns the cleanups to release once the lock is
+  // dropped.
+  std::vector<CleanupId> make_room_locked(uint64_t cap, uint64_t more, uint64_t keep = 0);
   void release_all(const std::vector<CleanupId>& ids);
 
   Scope& scope_;
   mutable std::mutex mu_;
   std::list<Saved> saved_;  // stable addresses: a cleanup finds its save by them
   std::atomic<uint64_t> cap_, bytes_{0};
-  uint64_t clock_ = 0;
+  uint64_t serials_ = 0;
 };
 
 // How many tokens `a` and `b` begin with alike.

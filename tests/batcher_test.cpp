@@ -24,11 +24,7 @@ using reclaim::testing::small_session;
 
 namespace {
 
-ModelLoad load() {
-  ModelLoad l;
-  l.path = small_model("spm");
-  return l;
-}
+ModelLoad load() { return reclaim::testing::small_load(); }
 
 BatcherOptions batching(int n_seq, int n_ctx = 128) { return {n_seq, small_session(n_ctx)}; }
 

@@ -18,11 +18,7 @@ using reclaim::testing::small_session;
 
 namespace {
 
-ModelLoad load() {
-  ModelLoad l;
-  l.path = small_model("spm");
-  return l;
-}
+ModelLoad load() { return reclaim::testing::small_load(); }
 
 GenerateRequest request(std::vector<llama_token> prompt, int max_tokens = 12, bool cache = true) {
   GenerateRequest r;
@@ -273,4 +269,30 @@ TEST(PromptCache, SavesAreOnTheLedgerWithinTheirCapAndGoWhenDropped) {
   model->unload();
   for (const LedgerEntry& e : Ledger::process().entries()) EXPECT_NE(e.owner.rfind(path, 0), 0u) << e.owner << " " << e.label;
   model.reset();
+}
+
+// A save about to be put back is never the one dropped to make room for the
+// save of the sequence it goes into: with room for one save, the returning
+// conversation comes back whole, and the one it displaces is not saved.
+TEST(PromptCache, ASaveBeingPutBackIsNotDroppedForTheOneItDisplaces) {
+  Model model(load());
+  BatcherOptions o{1, small_session(512)};
+  o.cache_ram = 64u << 20;
+  Batcher& b = model.start_batcher(o);
+  Conversation one(model, "One conversation, about water."),
+      two(model, "Another, about stone and hills, and the long roads over them in winter and in spring.");
+  GenerateResult first = b.generate(one.turn(kMessages[0]));
+  one.answered(first);
+  two.answered(b.generate(two.turn(kMessages[0])));
+  ASSERT_EQ(b.saved_count(), 1u);
+  // Room for the first conversation's save only; the second's is larger.
+  b.set_cache_ram(b.saved_bytes());
+  const size_t cached = cells_left(first);
+  const GenerateRequest q = one.turn(kMessages[1]);
+  const GenerateResult back = b.generate(q);
+  EXPECT_EQ(static_cast<size_t>(back.timings.cached_tokens), cached);
+  EXPECT_EQ(b.saved_count(), 0u) << "the displaced conversation had no room";
+  Model fresh(load());
+  Session s(fresh, small_session(512));
+  EXPECT_EQ(back.tokens, generate(s, q).tokens);
 }

@@ -27,6 +27,13 @@ inline const std::string& small_model(const std::string& vocab) {
   return made.emplace(vocab, path).first->second;
 }
 
+// How the engine tests load it.
+inline ModelLoad small_load(const std::string& vocab = "spm") {
+  ModelLoad l;
+  l.path = small_model(vocab);
+  return l;
+}
+
 // The context the small-model tests give a request.
 inline SessionOptions small_session(int n_ctx = 128) {
   SessionOptions o;

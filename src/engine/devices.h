@@ -4,6 +4,7 @@
 
 #include <ggml-backend.h>
 
+#include <cctype>
 #include <string>
 #include <vector>
 

@@ -256,13 +256,11 @@ void Registry::load_locked(std::unique_lock<std::mutex>& lock, Entry& e, int64_t
 
 int64_t Registry::cache_ram_locked(int more) const {
   if (options_.cache_ram <= 0) return 0;
-  int loaded = more;
-  Places reserved;
-  for (const Entry& o : entries_) {
-    if (o.state != ModelState::loaded && o.state != ModelState::loading) continue;
-    loaded += o.state == ModelState::loaded;
-    for (const auto& [place, bytes] : o.reserved_at) reserved[place] += bytes;
-  }
+  // Every reservation: a model's holds until it is unloaded.
+  Places reserved = reserved_locked();
+  const int loaded = more + static_cast<int>(std::count_if(entries_.begin(), entries_.end(), [](const Entry& o) {
+    return o.state == ModelState::loaded;
+  }));
   // What the budget has left for host memory, shared by the loaded models.
   int64_t left = INT64_MAX;
   if (options_.memory_budget > 0) left = options_.memory_budget - sum(reserved);
@@ -276,8 +274,7 @@ int64_t Registry::cache_ram_locked(int more) const {
 void Registry::set_cache_ram_locked() {
   const int64_t cap = cache_ram_locked(0);
   for (Entry& o : entries_) {
-    if (o.state != ModelState::loaded || !o.model) continue;
-    if (Batcher* b = o.model->batcher()) b->set_cache_ram(static_cast<uint64_t>(cap));
+    if (Batcher* b = o.loaded_batcher()) b->set_cache_ram(static_cast<uint64_t>(cap));
   }
 }
 
@@ -469,16 +466,14 @@ ModelStatus Registry::status_locked(const Entry& e) const {
   s.last_unload_ms = e.last_unload_ms;
   s.last_use = e.last_use;
   s.last_error = e.last_error;
-  if (e.state == ModelState::loaded && e.model) {
-    if (Batcher* b = e.model->batcher()) {
-      s.sequences = b->n_seq();
-      s.sequences_active = static_cast<int>(b->active());
-      s.decode_steps = b->steps();
-      s.decoded_tokens = b->tokens();
-      s.cached_tokens = b->cached_tokens();
-      s.saved_bytes = b->saved_bytes();
-      s.saved = b->saved_count();
-    }
+  if (Batcher* b = e.loaded_batcher()) {
+    s.sequences = b->n_seq();
+    s.sequences_active = static_cast<int>(b->active());
+    s.decode_steps = b->steps();
+    s.decoded_tokens = b->tokens();
+    s.cached_tokens = b->cached_tokens();
+    s.saved_bytes = b->saved_bytes();
+    s.saved = b->saved_count();
   }
   return s;
 }
@@ -517,6 +512,10 @@ bool Registry::wait_for_state(const std::string& name, ModelState state, Millis 
 
 Places Registry::accounted_by_place() const {
   std::lock_guard lock(mu_);
+  return reserved_locked();
+}
+
+Places Registry::reserved_locked() const {
   Places sum;
   for (const Entry& e : entries_) {
     for (const auto& [place, bytes] : e.reserved_at) sum[place] += bytes;

@@ -233,8 +233,8 @@ class Registry {
   const RegistryOptions& options() const { return options_; }
   Scope& scope() { return scope_; }
 
-  // Checks a model name: letters, digits and . _ : / @ + -, not a path
-  // (BadModelName).
+  // Checks a model name: printable, no backslash, and no empty, '.' or '..'
+  // part between slashes (BadModelName).
   static void check_name(const std::string& name);
   // A model's own settings, by its name or an alias (BadModelName,
   // UnknownModel).
@@ -281,6 +281,7 @@ class Registry {
   // within what the budget leaves, shared by the loaded models (and `more`
   // about to load). Set again on every load and unload.
   int64_t cache_ram_locked(int more) const;
+  Places reserved_locked() const;  // every model's reservation, by place
   void set_cache_ram_locked();
   void erase_turn_locked(std::list<Turn>::iterator it);
   void stop_draining_locked();

@@ -42,6 +42,9 @@ struct Registry::Entry {
   Steady::time_point last_use_steady{};
   Steady::time_point expires = Steady::time_point::max();
   std::string last_error;
+
+  // The batch of the model while it is loaded, else null.
+  Batcher* loaded_batcher() const { return state == ModelState::loaded && model ? model->batcher() : nullptr; }
 };
 
 // A model's place in the line for room, shared by all its waiting requests.

@@ -170,7 +170,7 @@ bool Registry::drop_prompt_cache_saves() {
 bool Registry::drop_saved_locked() {
   bool dropped = false;
   for (Entry& o : entries_) {
-    Batcher* b = o.state == ModelState::loaded && o.model ? o.model->batcher() : nullptr;
+    Batcher* b = o.loaded_batcher();
     if (!b || b->saved_bytes() == 0) continue;
     b->drop_saved();
     dropped = true;
@@ -191,7 +191,7 @@ bool Registry::make_room_locked(std::unique_lock<std::mutex>& lock, Entry& for_e
       c.reserved = o.reserved;
       c.reserved_at = o.reserved_at;
       // Its prompt cache's saves are host memory beyond its estimate.
-      if (const Batcher* b = o.state == ModelState::loaded && o.model ? o.model->batcher() : nullptr) {
+      if (const Batcher* b = o.loaded_batcher()) {
         const auto saved = static_cast<int64_t>(b->saved_bytes());
         c.reserved += saved;
         if (saved > 0) c.reserved_at[kHostMemory] += saved;

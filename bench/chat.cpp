@@ -76,28 +76,19 @@ struct Turn {
 Turn stream_turn(int port, const json& messages, int n) {
   Turn t;
   const Clock::time_point t0 = Clock::now();
-  std::string pending, all;
-  const int status = http(port, "POST", "/v1/chat/completions", request(messages, n, true).dump(), [&](const std::string& piece) {
-    pending += piece;
-    all += piece;
-    for (size_t end; (end = pending.find("\n\n")) != std::string::npos;) {
-      const std::string event = pending.substr(0, end);
-      pending.erase(0, end + 2);
-      if (event.rfind("data: {", 0) != 0) continue;
-      const json j = json::parse(event.substr(6), nullptr, false);
-      if (j.is_discarded()) continue;
-      if (t.first_ms < 0 && j.contains("choices") && !j["choices"].empty()) {
-        const json& d = j["choices"][0].value("delta", json::object());
-        if (d.contains("content") && d["content"].is_string() && !d["content"].get<std::string>().empty()) t.first_ms = ms_since(t0);
-      }
-      if (j.contains("usage") && j["usage"].is_object() && j["usage"].contains("prompt_tokens_details")) {
-        t.cached = j["usage"]["prompt_tokens_details"].value("cached_tokens", int64_t{-1});
-      }
-      if (j.contains("timings") && j["timings"].is_object() && j["timings"].contains("cache_n")) {
-        t.cached = j["timings"].value("cache_n", int64_t{-1});
-      }
+  std::string all;
+  const int status = post_sse(port, "/v1/chat/completions", request(messages, n, true).dump(), [&](const json& j) {
+    if (t.first_ms < 0 && j.contains("choices") && !j["choices"].empty()) {
+      const json& d = j["choices"][0].value("delta", json::object());
+      if (d.contains("content") && d["content"].is_string() && !d["content"].get<std::string>().empty()) t.first_ms = ms_since(t0);
     }
-  });
+    if (j.contains("usage") && j["usage"].is_object() && j["usage"].contains("prompt_tokens_details")) {
+      t.cached = j["usage"]["prompt_tokens_details"].value("cached_tokens", int64_t{-1});
+    }
+    if (j.contains("timings") && j["timings"].is_object() && j["timings"].contains("cache_n")) {
+      t.cached = j["timings"].value("cache_n", int64_t{-1});
+    }
+  }, all);
   if (status != 200) throw Error("turn -> " + std::to_string(status) + ": " + all.substr(0, 300));
   if (t.first_ms < 0) throw Error("the turn's stream had no content: " + all.substr(0, 300));
   return t;
@@ -161,9 +152,7 @@ int main(int argc, char** argv) {
   ServerProcess reclaim, llama;
   std::string dir;
   try {
-    if (o.llama_server.empty() || ::access(o.llama_server.c_str(), X_OK) != 0) {
-      throw Error("no llama-server at '" + o.llama_server + "': run scripts/bench-chat, which builds it");
-    }
+    require_llama_server(o.llama_server, "scripts/bench-chat");
     const std::string model = std::filesystem::absolute(model_or_made(o.model, "spm", "bench-chat"));
     char tmpl[] = "/tmp/bench-chat.XXXXXX";
     if (!::mkdtemp(tmpl)) throw Error("mkdtemp failed");

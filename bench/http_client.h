@@ -142,6 +142,33 @@ inline json http_json(int port, const std::string& method, const std::string& pa
   return json::parse(got);
 }
 
+// A streamed POST: the JSON of each `data: {...}` server-sent event, handed
+// to `on_event` as it arrives. Returns the status; the raw body goes to
+// `all` (for a message when the status is not 200).
+inline int post_sse(int port, const std::string& path, const std::string& body,
+                    const std::function<void(const json& event)>& on_event, std::string& all) {
+  std::string pending;
+  return http(port, "POST", path, body, [&](const std::string& piece) {
+    pending += piece;
+    all += piece;
+    for (size_t end; (end = pending.find("\n\n")) != std::string::npos;) {
+      const std::string event = pending.substr(0, end);
+      pending.erase(0, end + 2);
+      if (event.rfind("data: {", 0) != 0) continue;
+      const json j = json::parse(event.substr(6), nullptr, false);
+      if (!j.is_discarded()) on_event(j);
+    }
+  });
+}
+
+// The llama-server a benchmark compares against, or an error naming the
+// script that builds it.
+inline void require_llama_server(const std::string& path, const std::string& script) {
+  if (path.empty() || ::access(path.c_str(), X_OK) != 0) {
+    throw Error("no llama-server at '" + path + "': run " + script + ", which builds it");
+  }
+}
+
 // A server under test: a child process, its port, and how it names model states.
 struct ServerProcess {
   std::string name;

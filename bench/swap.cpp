@@ -72,23 +72,14 @@ StreamResult stream_completion(int port, const std::string& model, const std::st
                     {"stream", true},         {"stream_options", {{"include_usage", true}}}};
   StreamResult r;
   const Clock::time_point t0 = Clock::now();
-  std::string pending, all;
-  const int status = http(port, "POST", "/v1/completions", req.dump(), [&](const std::string& piece) {
-    pending += piece;
-    all += piece;
-    for (size_t end; (end = pending.find("\n\n")) != std::string::npos;) {
-      const std::string event = pending.substr(0, end);
-      pending.erase(0, end + 2);
-      if (event.rfind("data: {", 0) != 0) continue;
-      const json j = json::parse(event.substr(6), nullptr, false);
-      if (j.is_discarded()) continue;
-      if (j.contains("choices") && !j["choices"].empty() && r.first_ms < 0) {
-        const json& c = j["choices"][0];
-        if (c.contains("text") && c["text"].is_string() && !c["text"].get<std::string>().empty()) r.first_ms = ms_since(t0);
-      }
-      if (j.contains("usage") && j["usage"].is_object()) r.tokens = j["usage"].value("completion_tokens", int64_t{0});
+  std::string all;
+  const int status = post_sse(port, "/v1/completions", req.dump(), [&](const json& j) {
+    if (j.contains("choices") && !j["choices"].empty() && r.first_ms < 0) {
+      const json& c = j["choices"][0];
+      if (c.contains("text") && c["text"].is_string() && !c["text"].get<std::string>().empty()) r.first_ms = ms_since(t0);
     }
-  });
+    if (j.contains("usage") && j["usage"].is_object()) r.tokens = j["usage"].value("completion_tokens", int64_t{0});
+  }, all);
   r.total_ms = ms_since(t0);
   if (status != 200) throw Error("streamed completion of '" + model + "' -> " + std::to_string(status) + ": " + all.substr(0, 300));
   if (r.first_ms < 0) throw Error("the stream of '" + model + "' had no token: " + all.substr(0, 300));
@@ -194,9 +185,7 @@ int main(int argc, char** argv) {
   ServerProcess reclaim, llama;
   std::string dir;
   try {
-    if (o.llama_server.empty() || ::access(o.llama_server.c_str(), X_OK) != 0) {
-      throw Error("no llama-server at '" + o.llama_server + "': run scripts/bench-swap, which builds it");
-    }
+    require_llama_server(o.llama_server, "scripts/bench-swap");
     if (o.threads <= 0) o.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     const std::string a = std::filesystem::absolute(model_or_made(o.a, "bpe", "bench-swap"));
     const std::string b = std::filesystem::absolute(model_or_made(o.b, "spm", "bench-swap"));

@@ -295,28 +295,6 @@ TEST_P(Generate, UnloadingTheModelClosesItsLiveSessionsFirst) {
 
 INSTANTIATE_TEST_SUITE_P(Vocab, Generate, ::testing::Values("spm", "bpe"));
 
-TEST(Chat, TheModelsOwnTemplateOrANamedOneOrAClearError) {
-  Model bpe(load_of(small_model("bpe")));  // the qwen2 vocab carries a chatml template
-  std::vector<ChatMessage> msgs = {{"user", "hello"}};
-  std::string p = apply_chat_template(bpe, msgs);
-  EXPECT_NE(p.find("<|im_start|>user\nhello<|im_end|>"), std::string::npos) << p;
-  EXPECT_NE(p.find("<|im_start|>assistant\n"), std::string::npos) << p;
-  // Special tokens in it are parsed as single tokens.
-  const llama_token im_start = tokenize(bpe.vocab(), "<|im_start|>", false)[0];
-  EXPECT_EQ(tokenize(bpe.vocab(), "<|im_start|>", false).size(), 1u);
-  EXPECT_EQ(tokenize(bpe.vocab(), p, false).front(), im_start);
-
-  Model spm(load_of(small_model("spm")));  // no template in that vocab
-  try {
-    apply_chat_template(spm, msgs);
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("has no chat template"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("chatml"), std::string::npos) << e.what();
-  }
-  EXPECT_NE(apply_chat_template(spm, msgs, "llama2").find("[INST]"), std::string::npos);
-  EXPECT_THROW(apply_chat_template(spm, msgs, "no-such-template"), Error);
-}
 
 // argmax stands in for llama.cpp's greedy sampler: the same token, the first
 // of equal maxima, whatever the length (lanes and the tail) and ties.

@@ -79,10 +79,11 @@ TEST(Run, JsonHasTextTokensFinishAndTimingsAndGreedyRepeats) {
 TEST(Run, ChatUsesTheModelsTemplateAndStopStringsEndIt) {
   nlohmann::json j = run_json("-m " + bpe() + " --chat hello -n 8 --temp 0");
   EXPECT_EQ(j["tokens"].size(), 8u);
-  // The same prompt, written out by hand, gives the same tokens.
-  // (llama.cpp recognises the template as chatml and formats it without Jinja.)
+  // The same prompt, written out by hand, gives the same tokens: qwen2's
+  // own Jinja template, with the system message it adds when none is given.
   const std::string file = reclaim::testing::temp_path("chat_prompt.txt");
-  std::ofstream(file) << "<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n";
+  std::ofstream(file) << "<|im_start|>system\nYou are a helpful assistant<|im_end|>\n"
+                         "<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n";
   nlohmann::json raw = run_json("-m " + bpe() + " -f " + file + " -n 8 --temp 0");
   EXPECT_EQ(raw["tokens"], j["tokens"]);
   const std::string text = j["text"];
@@ -133,7 +134,7 @@ TEST(Run, BadInputIsOneClearLineAndExit2) {
       {"-m " + spm(), "exactly one of"},
       {"-m " + spm() + " -f /nonexistent.txt", "prompt file '/nonexistent.txt'"},
       {"-m " + spm() + " --chat hi", "has no chat template"},
-      {"-m " + spm() + " --chat hi --chat-template no-such", "not one llama.cpp supports"},
+      {"-m " + spm() + " --chat hi --chat-template no-such", "neither Jinja text nor one of llama.cpp's built-in ones"},
       {"-m " + spm() + " -p x --top-p 0", "top-p"},
       {"-m " + spm() + " -p x --load-mode fast", "unknown load mode 'fast'"},
   };

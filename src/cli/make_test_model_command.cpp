@@ -1,6 +1,9 @@
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 
 #include "cli/commands.h"
+#include "core/error.h"
 #include "core/size.h"
 #include "engine/test_model.h"
 
@@ -9,7 +12,7 @@ namespace reclaim::cli {
 Command add_make_test_model(CLI::App& app) {
   auto* sub = app.add_subcommand("make-test-model", "write a deterministic random-weight llama GGUF for tests");
   struct Args {
-    std::string out, vocab = "bpe", type = "f16", size;
+    std::string out, vocab = "bpe", type = "f16", size, chat_template;
     int64_t embd = 0, layers = 0, ff = 0;
     uint64_t seed = 1;
   };
@@ -22,6 +25,9 @@ Command add_make_test_model(CLI::App& app) {
   sub->add_option("--ff", a->ff, "feed-forward width (default 8/3 of --embd)");
   sub->add_option("--type", a->type, "f32, f16 or q8_0")->capture_default_str();
   sub->add_option("--seed", a->seed, "weights seed")->capture_default_str();
+  sub->add_option("--chat-template", a->chat_template,
+                  "Jinja chat template to write in: a file, or the name of one in llama.cpp's models/templates "
+                  "(e.g. Qwen-Qwen2.5-7B-Instruct)");
   return [a] {
     TestModelSpec spec;
     spec.vocab = a->vocab;
@@ -31,6 +37,16 @@ Command add_make_test_model(CLI::App& app) {
     spec.n_layer = a->layers;
     spec.n_ff = a->ff;
     spec.seed = a->seed;
+    if (!a->chat_template.empty()) {
+      spec.chat_template = llama_template(a->chat_template);
+      if (spec.chat_template.empty()) {
+        std::ifstream f(a->chat_template, std::ios::binary);
+        if (!f) throw Error("--chat-template: '" + a->chat_template + "' is neither a readable file nor a template in llama.cpp's models/templates");
+        std::ostringstream text;
+        text << f.rdbuf();
+        spec.chat_template = text.str();
+      }
+    }
     TestModelShape s = make_test_model(spec, a->out);
     std::printf("%s: llama, vocab %lld, embd %lld, layers %lld, ff %lld, heads %lld/%lld kv, %s %s\n", a->out.c_str(),
                 static_cast<long long>(s.n_vocab), static_cast<long long>(s.n_embd),

@@ -44,6 +44,7 @@ struct Batcher::Job {
   // Under Batcher::mu_.
   std::condition_variable cv;
   std::string out;       // text not yet taken by the caller
+  std::vector<TokenLogprob> out_logprobs;  // and the logprobs of its tokens
   int32_t generated = 0; // tokens so far
   bool done = false;
   std::exception_ptr error;
@@ -155,21 +156,29 @@ GenerateResult Batcher::generate(const GenerateRequest& req, const GenerateHooks
   work_cv_.notify_one();
 
   std::string text;
+  std::vector<TokenLogprob> logprobs;
   int32_t seen = 0;  // tokens the hooks were told of
   for (;;) {
     bool done;
     int32_t generated;
     {
       std::unique_lock lock(mu_);
-      auto ready = [&] { return job.done || !job.out.empty() || (hooks.on_tokens && job.generated != seen); };
+      auto ready = [&] {
+        return job.done || !job.out.empty() || !job.out_logprobs.empty() || (hooks.on_tokens && job.generated != seen);
+      };
       if (hooks.tick) {
         job.cv.wait_for(lock, kTickInterval, ready);
       } else {
         job.cv.wait(lock, ready);
       }
       text.swap(job.out);
+      logprobs.swap(job.out_logprobs);
       done = job.done;
       generated = job.generated;
+    }
+    if (!logprobs.empty()) {
+      if (hooks.on_logprobs) hooks.on_logprobs(std::move(logprobs));
+      logprobs.clear();
     }
     if (!text.empty()) {
       if (hooks.on_text) hooks.on_text(text);
@@ -402,9 +411,11 @@ bool Batcher::step() {
       const llama_token t = j->gen->sample(ctx_.get(), j->row);
       std::string text;
       const bool end = j->gen->accept(t, j->n_past, n_ctx_seq_, text);
+      std::vector<TokenLogprob> logprobs = j->gen->take_logprobs();
       {
         std::lock_guard lock(mu_);
         j->out += text;
+        for (TokenLogprob& lp : logprobs) j->out_logprobs.push_back(std::move(lp));
         j->generated = static_cast<int32_t>(j->result->tokens.size());
         j->cv.notify_one();
       }

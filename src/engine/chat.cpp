@@ -1,51 +1,336 @@
 #include "engine/chat.h"
 
-#include <llama.h>
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <mutex>
 
-#include "core/error.h"
+// llama.cpp's common library (its common/ folder on the include path).
+#include <chat.h>
+#include <common.h>
+#include <json-schema-to-grammar.h>
+#include <json.h>
+#include <log.h>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/model.h"
 
 namespace reclaim {
 
-std::string builtin_chat_templates() {
+namespace {
+
+std::vector<std::string> builtin_names() {
   const int32_t n = llama_chat_builtin_templates(nullptr, 0);
   std::vector<const char*> names(static_cast<size_t>(std::max(n, 0)));
   llama_chat_builtin_templates(names.data(), names.size());
+  return {names.begin(), names.end()};
+}
+
+bool is_builtin_name(const std::string& s) {
+  for (const std::string& name : builtin_names()) {
+    if (s == name) return true;
+  }
+  return false;
+}
+
+bool looks_like_jinja(const std::string& s) {
+  return s.find("{{") != std::string::npos || s.find("{%") != std::string::npos;
+}
+
+common_chat_tool_choice to_common(ToolChoice c) {
+  switch (c) {
+    case ToolChoice::none: return COMMON_CHAT_TOOL_CHOICE_NONE;
+    case ToolChoice::required: return COMMON_CHAT_TOOL_CHOICE_REQUIRED;
+    case ToolChoice::automatic: break;
+  }
+  return COMMON_CHAT_TOOL_CHOICE_AUTO;
+}
+
+std::string special_piece(const llama_vocab* vocab, llama_token t) { return token_piece(vocab, t, true); }
+
+// The tokens of the generation prompt (the reply's opening, which the
+// template already wrote) that the grammar reads before the first sampled
+// one. Taken from the end of the prompt's own tokens, as the model sees
+// them: tokenized alone, a sentencepiece vocabulary puts a space before the
+// first ("<|im_start|>" becomes "▁<", "|", ...), which no grammar expects.
+// Failing that, common_sampler_init's way: tokenized alone, a first token
+// that is only that space dropped.
+std::vector<llama_token> prefill_tokens(const llama_vocab* vocab, const std::string& prompt,
+                                        const std::string& generation_prompt) {
+  const std::vector<llama_token> all = tokenize(vocab, prompt, false, true);
+  std::string tail;
+  size_t i = all.size();
+  while (i > 0 && tail.size() < generation_prompt.size()) tail = special_piece(vocab, all[--i]) + tail;
+  if (tail == generation_prompt) return {all.begin() + static_cast<std::ptrdiff_t>(i), all.end()};
+  std::vector<llama_token> out = tokenize(vocab, generation_prompt, false, true);
+  if (!out.empty()) {
+    const std::string first = special_piece(vocab, out.front());
+    const bool blank = !first.empty() && std::all_of(first.begin(), first.end(), [](char c) { return std::isspace(static_cast<unsigned char>(c)); });
+    if (blank && !std::isspace(static_cast<unsigned char>(generation_prompt[0]))) out.erase(out.begin());
+  }
+  return out;
+}
+
+// Triggers as llama.cpp's lazy grammar sampler takes them (common_sampler_init,
+// and llama-server's turning of one-token words into token triggers).
+void add_triggers(const llama_vocab* vocab, const std::vector<common_grammar_trigger>& triggers,
+                  const std::vector<llama_token>& preserved, GrammarSpec& g) {
+  for (const common_grammar_trigger& t : triggers) {
+    switch (t.type) {
+      case COMMON_GRAMMAR_TRIGGER_TYPE_WORD: {
+        const std::vector<llama_token> ids = tokenize(vocab, t.value, false, true);
+        if (ids.size() == 1 && std::find(preserved.begin(), preserved.end(), ids[0]) != preserved.end()) {
+          g.trigger_tokens.push_back(ids[0]);
+        } else {
+          g.trigger_patterns.push_back(regex_escape(t.value));
+        }
+        break;
+      }
+      case COMMON_GRAMMAR_TRIGGER_TYPE_PATTERN:
+        g.trigger_patterns.push_back(t.value);
+        break;
+      case COMMON_GRAMMAR_TRIGGER_TYPE_PATTERN_FULL: {
+        std::string anchored = "^$";
+        if (!t.value.empty()) {
+          anchored = (t.value.front() != '^' ? "^" : "") + t.value + (t.value.back() != '$' ? "$" : "");
+        }
+        g.trigger_patterns.push_back(anchored);
+        break;
+      }
+      case COMMON_GRAMMAR_TRIGGER_TYPE_TOKEN:
+        g.trigger_tokens.push_back(t.token);
+        break;
+    }
+  }
+}
+
+std::string random_call_id() {
+  static std::atomic<uint64_t> next{1};
+  static const uint64_t salt = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  uint64_t x = (next.fetch_add(1) + salt) * 0x9E3779B97F4A7C15ull;
+  static const char digits[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+  std::string id = "call_";
+  for (int i = 0; i < 16; ++i) {
+    id += digits[x % 62];
+    x = x / 62 + (x << 7) * 0x2545F4914F6CDD1Dull;
+  }
+  return id;
+}
+
+ChatDelta to_delta(const common_chat_msg_diff& d) {
+  ChatDelta out;
+  out.content = d.content_delta;
+  out.reasoning = d.reasoning_content_delta;
+  out.tool_index = d.tool_call_index;
+  out.tool = {d.tool_call_delta.id, d.tool_call_delta.name, d.tool_call_delta.arguments};
+  return out;
+}
+
+}  // namespace
+
+std::string builtin_chat_templates() {
   std::string out;
-  for (const char* name : names) {
+  for (const std::string& name : builtin_names()) {
     if (!out.empty()) out += ", ";
     out += name;
   }
   return out;
 }
 
-std::string apply_chat_template(const Model& model, const std::vector<ChatMessage>& messages, const std::string& tmpl) {
-  if (messages.empty()) throw Error("chat: no messages");
-  const std::string& own = model.info().chat_template;
-  const std::string& use = tmpl.empty() ? own : tmpl;
-  if (use.empty()) {
-    throw Error("model '" + model.info().path + "' has no chat template and none was given (built-in ones: " +
-                builtin_chat_templates() + ")");
+void quiet_common_log() {
+  // The library logs through a worker thread that its first log line starts
+  // and nothing ever joins; paused, it joins it and drops the lines (reclaim
+  // reports what fails as errors of its own).
+  static std::once_flag once;
+  std::call_once(once, [] { common_log_pause(common_log_main()); });
+}
+
+std::string json_schema_grammar(const std::string& schema) {
+  quiet_common_log();
+  try {
+    return json_schema_to_grammar(common_json::parse(schema));
+  } catch (const std::exception& e) {
+    throw ChatError(std::string("the JSON schema makes no grammar: ") + e.what(), "response_format");
   }
-  std::vector<llama_chat_message> chat;
-  chat.reserve(messages.size());
-  size_t chars = 0;
-  for (const ChatMessage& m : messages) {
-    chat.push_back({m.role.c_str(), m.content.c_str()});
-    chars += m.role.size() + m.content.size();
+}
+
+// --- the reader --------------------------------------------------------------
+
+struct ChatReader::Impl {
+  common_chat_parser_params params;
+  std::string text;
+  common_chat_msg msg;
+  std::vector<std::string> ids;
+  bool parses = false;
+
+  std::vector<ChatDelta> advance(const common_chat_msg& next) {
+    std::vector<ChatDelta> out;
+    for (const common_chat_msg_diff& d : common_chat_msg_diff::compute_diffs(msg, next)) out.push_back(to_delta(d));
+    msg = next;
+    return out;
   }
-  std::string out(2 * chars + 256, '\0');
-  int32_t n = llama_chat_apply_template(use.c_str(), chat.data(), chat.size(), true, out.data(),
-                                        static_cast<int32_t>(out.size()));
-  if (n > static_cast<int32_t>(out.size())) {
-    out.resize(static_cast<size_t>(n));
-    n = llama_chat_apply_template(use.c_str(), chat.data(), chat.size(), true, out.data(), n);
+  // The parse of the text so far; nothing when the parser cannot read it.
+  std::optional<common_chat_msg> parse(bool partial) {
+    try {
+      common_chat_msg next = common_chat_parse(text, partial, params);
+      next.set_tool_call_ids(ids, random_call_id);
+      return next;
+    } catch (const std::exception&) {
+      return std::nullopt;
+    }
   }
-  if (n < 0) {
-    const std::string which = tmpl.empty() ? "the chat template of '" + model.info().path + "'" : "chat template '" + tmpl.substr(0, 40) + "'";
-    throw Error(which + " is not one llama.cpp supports (built-in ones: " + builtin_chat_templates() + ")");
+};
+
+ChatReader::ChatReader() : impl_(std::make_unique<Impl>()) {}
+ChatReader::~ChatReader() = default;
+ChatReader::ChatReader(ChatReader&&) noexcept = default;
+ChatReader& ChatReader::operator=(ChatReader&&) noexcept = default;
+
+bool ChatReader::parses() const { return impl_->parses; }
+
+std::vector<ChatDelta> ChatReader::push(std::string_view text) {
+  Impl& r = *impl_;
+  r.text += text;
+  if (!r.parses) {
+    r.msg.content += text;
+    ChatDelta d;
+    d.content = std::string(text);
+    return {d};
   }
-  out.resize(static_cast<size_t>(n));
+  std::optional<common_chat_msg> next = r.parse(true);
+  if (!next || next->empty()) return {};
+  return r.advance(*next);
+}
+
+ChatReply ChatReader::finish(std::vector<ChatDelta>* rest) {
+  Impl& r = *impl_;
+  if (r.parses) {
+    // A reply cut short (max_tokens) may not parse whole; then as far as it
+    // goes, and failing that, the text as it came.
+    std::optional<common_chat_msg> next = r.parse(false);
+    if (!next) next = r.parse(true);
+    if (!next) {
+      next = common_chat_msg{};
+      next->role = "assistant";
+      next->content = r.text;
+    }
+    std::vector<ChatDelta> owed = r.advance(*next);
+    if (rest) *rest = std::move(owed);
+  }
+  ChatReply out;
+  out.content = r.msg.content;
+  out.reasoning = r.msg.reasoning_content;
+  for (const common_chat_tool_call& c : r.msg.tool_calls) out.tool_calls.push_back({c.id, c.name, c.arguments});
   return out;
+}
+
+// --- the template -----------------------------------------------------------
+
+struct ChatTemplate::Impl {
+  common_chat_templates_ptr templates;
+};
+
+ChatTemplate::ChatTemplate(const Model& model, const std::string& override)
+    : impl_(std::make_unique<Impl>()), model_(model) {
+  quiet_common_log();
+  builtin_ = !override.empty() && is_builtin_name(override);
+  if (!override.empty() && !builtin_ && !looks_like_jinja(override)) {
+    throw ChatError("chat template '" + override.substr(0, 40) + "' is neither Jinja text nor one of llama.cpp's built-in ones (" +
+                    builtin_chat_templates() + ")");
+  }
+  fallback_ = override.empty() && llama_model_chat_template(model.get(), nullptr) == nullptr &&
+              llama_model_chat_template(model.get(), "tool_use") == nullptr;
+  try {
+    impl_->templates = common_chat_templates_init(model.get(), override);
+  } catch (const std::exception& e) {
+    const std::string which = override.empty() ? "the chat template of '" + model.info().path + "'" : "the chat template given";
+    throw ChatError(which + " does not parse: " + e.what());
+  }
+}
+
+ChatTemplate::~ChatTemplate() = default;
+
+ChatRender ChatTemplate::render(const ChatRequest& req) const {
+  common_chat_templates_inputs in;
+  try {
+    in.messages = common_chat_msgs_parse_oaicompat(common_json::parse(req.messages));
+  } catch (const std::exception& e) {
+    throw ChatError(std::string("messages: ") + e.what());
+  }
+  if (in.messages.empty()) throw ChatError("messages: the list is empty");
+  for (const ChatTool& t : req.tools) in.tools.push_back({t.name, t.description, t.parameters});
+  in.tool_choice = to_common(req.tool_choice);
+  in.json_schema = req.json_schema;
+  in.use_jinja = !builtin_;
+  in.reasoning_format = COMMON_REASONING_FORMAT_DEEPSEEK;  // llama-server's default
+  const bool with_tools = !in.tools.empty() && req.tool_choice != ToolChoice::none;
+  if (with_tools && builtin_) {
+    throw ChatError("tools need a Jinja chat template; this model's is a built-in one, which cannot show them", "tools");
+  }
+  const std::map<std::string, bool> caps = common_chat_templates_get_caps(impl_->templates.get());
+  auto cap = [&](const char* name) {
+    const auto it = caps.find(name);
+    return it != caps.end() && it->second;
+  };
+  // Offered to a template that has no tool calls, tools would be dropped
+  // without a word, and tool_choice "required" ignored.
+  if (with_tools && !cap("supports_tool_calls")) {
+    throw ChatError("this model's chat template has no tool calls, so it cannot be offered tools (give the model a "
+                    "template that has them: chat_template in --config, or --chat-template)",
+                    "tools");
+  }
+  in.parallel_tool_calls = req.parallel_tool_calls.value_or(cap("supports_parallel_tool_calls"));
+
+  common_chat_params p;
+  try {
+    p = common_chat_templates_apply(impl_->templates.get(), in);
+  } catch (const std::exception& e) {
+    throw ChatError(std::string("the chat template could not render this chat: ") + e.what());
+  }
+
+  const llama_vocab* vocab = model_.vocab();
+  ChatRender out;
+  out.prompt = std::move(p.prompt);
+  out.stops = p.additional_stops;
+  for (const std::string& t : p.preserved_tokens) {
+    const std::vector<llama_token> ids = tokenize(vocab, t, false, true);
+    if (ids.size() == 1) out.preserved_tokens.push_back(ids[0]);
+  }
+  if (!p.grammar.empty()) {
+    out.grammar.gbnf = p.grammar;
+    out.grammar.lazy = p.grammar_lazy;
+    add_triggers(vocab, p.grammar_triggers, out.preserved_tokens, out.grammar);
+    if (out.grammar.lazy && out.grammar.trigger_patterns.empty() && out.grammar.trigger_tokens.empty()) {
+      throw Error("the chat template gave a lazy grammar with no trigger");
+    }
+    if (!out.grammar.lazy && !p.generation_prompt.empty()) {
+      out.grammar.prefill = prefill_tokens(vocab, out.prompt, p.generation_prompt);
+    }
+  }
+
+  ChatReader::Impl& r = *out.reader.impl_;
+  r.params = common_chat_parser_params(p);
+  r.params.reasoning_format = in.reasoning_format;
+  r.params.parse_tool_calls = with_tools;
+  try {
+    if (!p.parser.empty()) r.params.parser.load(p.parser);
+  } catch (const std::exception& e) {
+    throw Error(std::string("the chat template's reply parser does not load: ") + e.what());
+  }
+  // A built-in template's reply is its text; so is one whose format reads
+  // nothing out of it.
+  r.parses = !builtin_ && (p.format != COMMON_CHAT_FORMAT_CONTENT_ONLY || with_tools || !p.parser.empty());
+  r.msg.role = "assistant";
+  return out;
+}
+
+std::string apply_chat_template(const Model& model, const std::vector<ChatMessage>& messages, const std::string& tmpl) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const ChatMessage& m : messages) list.push_back({{"role", m.role}, {"content", m.content}});
+  ChatRequest req;
+  req.messages = list.dump();
+  return ChatTemplate(model, tmpl).render(req).prompt;
 }
 
 }  // namespace reclaim

@@ -49,13 +49,13 @@ std::vector<llama_token> tokenize(const llama_vocab* vocab, std::string_view tex
   return tokens;
 }
 
-std::string token_piece(const llama_vocab* vocab, llama_token token) {
+std::string token_piece(const llama_vocab* vocab, llama_token token, bool special) {
   if (!has_tokenizer(vocab)) return {};
   char buf[256];
-  int32_t n = llama_token_to_piece(vocab, token, buf, sizeof buf, 0, false);
+  int32_t n = llama_token_to_piece(vocab, token, buf, sizeof buf, 0, special);
   if (n >= 0) return std::string(buf, static_cast<size_t>(n));
   std::string big(static_cast<size_t>(-n), '\0');
-  n = llama_token_to_piece(vocab, token, big.data(), static_cast<int32_t>(big.size()), 0, false);
+  n = llama_token_to_piece(vocab, token, big.data(), static_cast<int32_t>(big.size()), 0, special);
   big.resize(n > 0 ? static_cast<size_t>(n) : 0);
   return big;
 }
@@ -143,6 +143,7 @@ GenerateResult generate(Session& s, const GenerateRequest& req, const GenerateHo
     if (cancelled()) break;
     const size_t before = r.tokens.size();
     const bool end = gen.accept(gen.sample(s.context(), -1), pos, s.n_ctx(), text);
+    if (hooks.on_logprobs && req.logprobs >= 0) hooks.on_logprobs(gen.take_logprobs());
     emit();
     if (hooks.on_tokens && r.tokens.size() != before) hooks.on_tokens(static_cast<int32_t>(r.tokens.size()));
     if (end) break;

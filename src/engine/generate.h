@@ -30,6 +30,22 @@ struct GenerateRequest {
   // request that share a prefix with the prompt, and leave this one's for a
   // later one. False: neither.
   bool cache_prompt = true;
+  GrammarSpec grammar;
+  // Special tokens that stream as their text (a template's tool-call
+  // markers), where other special tokens render as nothing.
+  std::vector<llama_token> preserved_tokens;
+  // -1: none; 0..kMaxTopLogprobs: each generated token's log-probability,
+  // and that many of the likeliest tokens beside it (OpenAI's logprobs).
+  int32_t logprobs = -1;
+};
+inline constexpr int32_t kMaxTopLogprobs = 20;
+
+// A generated token's log-probability under the model (the softmax of its
+// logits, before any sampler), with the likeliest tokens at that step.
+struct TokenLogprob {
+  llama_token token = -1;
+  float logprob = 0;
+  std::vector<std::pair<llama_token, float>> top;  // likeliest first
 };
 
 enum class FinishReason { eos, stop, length, context, cancelled };
@@ -56,6 +72,7 @@ struct GenerateResult {
   std::string stop;                 // the stop string that ended it
   uint32_t seed = 0;                // the seed used (for sampled generation)
   Timings timings;
+  std::vector<TokenLogprob> logprobs;  // one a token of `tokens`, when asked for
 };
 
 struct GenerateHooks {
@@ -64,6 +81,9 @@ struct GenerateHooks {
   // how many there are so far, whether or not they made text (a model with
   // no tokenizer makes none).
   std::function<void(int32_t generated)> on_tokens;
+  // The logprobs of the tokens generated since the last call, before the
+  // text they made (when the request asked for them).
+  std::function<void(std::vector<TokenLogprob>)> on_logprobs;
   // Called before each llama_decode: `step` counts decodes from 0; `prompt`
   // is true while the prompt is being decoded. For tests and the audit.
   std::function<void(int step, bool prompt)> before_decode;
@@ -109,8 +129,8 @@ void check_context_fits(int32_t n_prompt, int32_t max_tokens, int32_t n_ctx);
 // Throws NoTokenizer for a model without one.
 std::vector<llama_token> tokenize(const llama_vocab* vocab, std::string_view text, bool add_special,
                                   bool parse_special = true);
-// The bytes of one token as text (special tokens render as nothing; every
-// token of a model without a tokenizer is empty).
-std::string token_piece(const llama_vocab* vocab, llama_token token);
+// The bytes of one token as text (special tokens render as nothing unless
+// `special`; every token of a model without a tokenizer is empty).
+std::string token_piece(const llama_vocab* vocab, llama_token token, bool special = false);
 
 }  // namespace reclaim

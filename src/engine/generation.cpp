@@ -1,5 +1,8 @@
 #include "engine/generation.h"
 
+#include <algorithm>
+#include <cmath>
+
 namespace reclaim {
 
 std::vector<llama_token> prompt_tokens(const llama_vocab* vocab, const GenerateRequest& req, int32_t n_ctx) {
@@ -22,23 +25,100 @@ Generation::Generation(Scope& scope, const llama_vocab* vocab, const GenerateReq
   // which cost 7% of generation speed with a 151,936-token vocab
   // (bench/generate: tg 0.93x of llama-bench with the chain, 1.0x without).
   validate(req.sampling);
-  const bool argmax = req.sampling.greedy() && (req.sampling.repeat_penalty == 1.0f || req.sampling.repeat_last_n == 0);
+  const bool argmax = req.sampling.plain_greedy() && req.grammar.empty();
   if (!argmax) {
     result_.seed = resolve_seed(req.sampling);
     sampler_ = new_sampler(scope, vocab, req.sampling, result_.seed);
     for (llama_token t : prompt) llama_sampler_accept(sampler_.get(), t);
   }
+  // The grammar is a sampler apart from the chain: the chain reads the
+  // prompt (for its penalties), the grammar only what is generated.
+  if (!req.grammar.empty()) grammar_ = new_grammar_sampler(scope, vocab, req.grammar);
+  preserved_ = req.preserved_tokens;
+  std::sort(preserved_.begin(), preserved_.end());
+  if (req.logprobs > kMaxTopLogprobs) throw Error("logprobs: at most " + std::to_string(kMaxTopLogprobs) + " top tokens");
+  n_logprobs_ = req.logprobs;
 }
 
 // The chain goes when the generation ends, not with the scope: a session may
 // run several generations, and its scope would keep every chain till its end.
-Generation::~Generation() { sampler_.release(); }
+Generation::~Generation() {
+  grammar_.release();
+  sampler_.release();
+}
 
 llama_token Generation::sample(llama_context* ctx, int32_t row) {
-  if (sampler_) return llama_sampler_sample(sampler_.get(), ctx, row);
   const float* logits = llama_get_logits_ith(ctx, row);
   if (!logits) throw Error("llama.cpp returned no logits for batch row " + std::to_string(row));
-  return argmax(logits, n_vocab_);
+  llama_token t;
+  if (grammar_) {
+    t = sample_with_grammar(logits);
+  } else if (sampler_) {
+    t = llama_sampler_sample(sampler_.get(), ctx, row);
+  } else {
+    t = argmax(logits, n_vocab_);
+  }
+  if (n_logprobs_ >= 0) note_logprob(logits, t);
+  return t;
+}
+
+void Generation::note_logprob(const float* logits, llama_token t) {
+  float max = logits[0];
+  for (int32_t i = 1; i < n_vocab_; ++i) max = std::max(max, logits[i]);
+  double sum = 0;
+  for (int32_t i = 0; i < n_vocab_; ++i) sum += std::exp(static_cast<double>(logits[i] - max));
+  const float log_z = max + static_cast<float>(std::log(sum));
+  sampled_ = TokenLogprob{t, logits[t] - log_z, {}};
+  if (n_logprobs_ == 0) return;
+  const auto n = static_cast<size_t>(std::min(n_logprobs_, n_vocab_));
+  order_.resize(static_cast<size_t>(n_vocab_));
+  for (int32_t i = 0; i < n_vocab_; ++i) order_[static_cast<size_t>(i)] = i;
+  std::partial_sort(order_.begin(), order_.begin() + static_cast<std::ptrdiff_t>(n), order_.end(),
+                    [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+  for (size_t k = 0; k < n; ++k) sampled_.top.emplace_back(order_[k], logits[order_[k]] - log_z);
+}
+
+std::vector<TokenLogprob> Generation::take_logprobs() {
+  std::vector<TokenLogprob> out(result_.logprobs.begin() + static_cast<std::ptrdiff_t>(logprobs_taken_), result_.logprobs.end());
+  logprobs_taken_ = result_.logprobs.size();
+  return out;
+}
+
+// common_sampler_sample's way: the chain picks from the logits alone, and
+// only when the grammar refuses that pick does it mask the whole vocabulary
+// and the chain pick again. Masking costs the grammar a look at every token
+// of the vocabulary; a model that mostly writes what the grammar allows (a
+// trained one) pays it rarely, random weights nearly every step.
+llama_token Generation::sample_with_grammar(const float* logits) {
+  auto fill = [&] {
+    candidates_.resize(static_cast<size_t>(n_vocab_));
+    for (int32_t i = 0; i < n_vocab_; ++i) candidates_[static_cast<size_t>(i)] = {i, logits[i], 0.0f};
+    return llama_token_data_array{candidates_.data(), candidates_.size(), -1, false};
+  };
+  auto pick = [&](llama_token_data_array& arr) {
+    llama_sampler_apply(sampler_.get(), &arr);
+    if (arr.selected < 0 || static_cast<size_t>(arr.selected) >= arr.size) throw Error("the sampler chain picked no token");
+    return arr.data[arr.selected].id;
+  };
+  try {
+    llama_token_data_array arr = fill();
+    llama_token t = pick(arr);
+    llama_token_data one{t, 1.0f, 0.0f};
+    llama_token_data_array single{&one, 1, -1, false};
+    llama_sampler_apply(grammar_.get(), &single);
+    if (std::isinf(one.logit) && one.logit < 0) {
+      arr = fill();
+      llama_sampler_apply(grammar_.get(), &arr);
+      t = pick(arr);
+    }
+    llama_sampler_accept(grammar_.get(), t);
+    llama_sampler_accept(sampler_.get(), t);
+    return t;
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw Error(std::string("grammar: ") + e.what());
+  }
 }
 
 bool Generation::accept(llama_token t, int32_t pos, int32_t n_ctx, std::string& text) {
@@ -49,7 +129,9 @@ bool Generation::accept(llama_token t, int32_t pos, int32_t n_ctx, std::string& 
     return true;
   }
   r.tokens.push_back(t);
-  text += stream_.push(token_piece(vocab_, t));
+  if (n_logprobs_ >= 0 && sampled_.token == t) r.logprobs.push_back(std::move(sampled_));
+  const bool preserved = std::binary_search(preserved_.begin(), preserved_.end(), t);
+  text += stream_.push(token_piece(vocab_, t, preserved));
   if (stream_.stopped()) {
     r.finish = FinishReason::stop;
     r.stop = stream_.matched_stop();

@@ -37,12 +37,15 @@ class Generation {
 
   // The next token from the logits of batch row `row` (-1: the last).
   llama_token sample(llama_context* ctx, int32_t row);
+  llama_token sample_with_grammar(const float* logits);
   // Takes a sampled token, which would be decoded at position `pos` of a
   // context of `n_ctx`. Appends the text now safe to emit to `text`; returns
   // true when the request has ended (result.finish says why).
   bool accept(llama_token token, int32_t pos, int32_t n_ctx, std::string& text);
   // The end: what the stream still held, and the final timings.
   std::string finish();
+  // The logprobs accepted since the last call (empty unless asked for).
+  std::vector<TokenLogprob> take_logprobs();
 
   void prompt_done() { prompt_done_ = Clock::now(); result_.timings.prompt_ms = ms(start_, prompt_done_); }
   Clock::time_point start() const { return start_; }
@@ -56,6 +59,14 @@ class Generation {
   int32_t max_tokens_;
   GenerateResult& result_;
   Owned<llama_sampler> sampler_;  // null: plain greedy, an argmax
+  Owned<llama_sampler> grammar_;  // null: none
+  std::vector<llama_token_data> candidates_;  // the grammar's path: the logits as llama.cpp's array
+  std::vector<llama_token> preserved_;        // sorted
+  int32_t n_logprobs_ = -1;
+  TokenLogprob sampled_;          // the last sampled token's, until accepted
+  size_t logprobs_taken_ = 0;
+  std::vector<int32_t> order_;    // scratch for the top tokens
+  void note_logprob(const float* logits, llama_token t);
   TextStream stream_;
   Clock::time_point start_ = Clock::now(), prompt_done_ = start_;
 };

@@ -221,4 +221,22 @@ Owned<llama_sampler> new_sampler_chain(Scope& scope, std::string label) {
   return {chain, &scope, id};
 }
 
+Owned<llama_sampler> new_grammar(Scope& scope, const llama_vocab* vocab, const std::string& gbnf, bool lazy,
+                                 const std::vector<std::string>& trigger_patterns,
+                                 const std::vector<llama_token>& trigger_tokens) {
+  // The grammar's parse tree and stacks live inside the sampler, where
+  // llama.cpp tells no size; the entry is there to show it and free it.
+  Scope::Slot slot = scope.reserve(Kind::sampler, lazy ? "grammar (lazy)" : "grammar");
+  std::vector<const char*> patterns;
+  for (const std::string& p : trigger_patterns) patterns.push_back(p.c_str());
+  // llama.cpp reports a grammar it cannot parse on its log and returns null.
+  llama_sampler* g = lazy ? llama_sampler_init_grammar_lazy_patterns(vocab, gbnf.c_str(), "root", patterns.data(),
+                                                                     patterns.size(), trigger_tokens.data(),
+                                                                     trigger_tokens.size())
+                          : llama_sampler_init_grammar(vocab, gbnf.c_str(), "root");
+  if (!g) throw Error("the grammar does not parse (llama.cpp's GBNF)");
+  CleanupId id = slot.arm(0, [g] { llama_sampler_free(g); });
+  return {g, &scope, id};
+}
+
 }  // namespace reclaim

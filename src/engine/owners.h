@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "core/scope.h"
@@ -90,5 +91,11 @@ Owned<llama_context> new_context(Scope& scope, llama_model* model, const llama_c
                                  ggml_threadpool* pool = nullptr, ContextPlacement* where = nullptr);
 Owned<llama_batch> new_batch(Scope& scope, int32_t n_tokens, int32_t n_seq_max);
 Owned<llama_sampler> new_sampler_chain(Scope& scope, std::string label);
+// A GBNF grammar's sampler; lazy: it constrains only from the first
+// trigger (a pattern matched in the text generated, or a token) on. Throws
+// Error when llama.cpp does not take the grammar.
+Owned<llama_sampler> new_grammar(Scope& scope, const llama_vocab* vocab, const std::string& gbnf, bool lazy,
+                                 const std::vector<std::string>& trigger_patterns,
+                                 const std::vector<llama_token>& trigger_tokens);
 
 }  // namespace reclaim

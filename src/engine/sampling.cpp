@@ -14,6 +14,12 @@ void validate(const SamplingParams& p) {
   if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) bad("min-p must be in [0, 1]");
   if (!(p.repeat_penalty > 0.0f) || !std::isfinite(p.repeat_penalty)) bad("repeat penalty must be > 0");
   if (p.repeat_last_n < 0) bad("repeat-last-n must be >= 0");
+  if (!std::isfinite(p.frequency_penalty) || p.frequency_penalty < -2 || p.frequency_penalty > 2) {
+    bad("frequency penalty must be between -2 and 2");
+  }
+  if (!std::isfinite(p.presence_penalty) || p.presence_penalty < -2 || p.presence_penalty > 2) {
+    bad("presence penalty must be between -2 and 2");
+  }
 }
 
 uint32_t resolve_seed(const SamplingParams& p) {
@@ -28,9 +34,13 @@ Owned<llama_sampler> new_sampler(Scope& scope, const llama_vocab* vocab, const S
   Owned<llama_sampler> chain = new_sampler_chain(scope, p.greedy() ? "greedy" : "sampled seed=" + std::to_string(seed));
   llama_sampler* c = chain.get();
   // llama_sampler_chain_add takes ownership, so the chain's one cleanup frees all.
-  if (p.repeat_penalty != 1.0f && p.repeat_last_n > 0) {
-    llama_sampler_chain_add(c, llama_sampler_init_penalties(llama_vocab_n_tokens(vocab), p.repeat_last_n,
-                                                            p.repeat_penalty, 0.0f, 0.0f));
+  if (!p.logit_bias.empty()) {
+    llama_sampler_chain_add(c, llama_sampler_init_logit_bias(llama_vocab_n_tokens(vocab),
+                                                             static_cast<int32_t>(p.logit_bias.size()), p.logit_bias.data()));
+  }
+  if (p.penalties()) {
+    llama_sampler_chain_add(c, llama_sampler_init_penalties(llama_vocab_n_tokens(vocab), p.repeat_last_n, p.repeat_penalty, p.frequency_penalty,
+                                                            p.presence_penalty));
   }
   if (p.greedy()) {
     llama_sampler_chain_add(c, llama_sampler_init_greedy());
@@ -42,6 +52,23 @@ Owned<llama_sampler> new_sampler(Scope& scope, const llama_vocab* vocab, const S
   llama_sampler_chain_add(c, llama_sampler_init_temp(p.temperature));
   llama_sampler_chain_add(c, llama_sampler_init_dist(seed));
   return chain;
+}
+
+Owned<llama_sampler> new_grammar_sampler(Scope& scope, const llama_vocab* vocab, const GrammarSpec& g) {
+  Owned<llama_sampler> s = new_grammar(scope, vocab, g.gbnf, g.lazy, g.trigger_patterns, g.trigger_tokens);
+  try {
+    for (llama_token t : g.prefill) llama_sampler_accept(s.get(), t);
+  } catch (const std::exception& e) {
+    throw Error(std::string("the grammar does not take the template's generation prompt: ") + e.what());
+  }
+  return s;
+}
+
+bool grammar_parses(const llama_vocab* vocab, const std::string& gbnf) {
+  llama_sampler* g = llama_sampler_init_grammar(vocab, gbnf.c_str(), "root");
+  if (!g) return false;
+  llama_sampler_free(g);
+  return true;
 }
 
 llama_token argmax(const float* logits, int32_t n) {

@@ -94,6 +94,19 @@ void write_all(std::FILE* f, const void* data, size_t n, const std::string& path
 
 }  // namespace
 
+std::string llama_template(const std::string& name) {
+  const char* env = std::getenv("RECLAIM_VOCAB_DIR");
+  const std::string dir = env && *env ? env : RECLAIM_LLAMA_VOCAB_DIR;
+  if (dir.empty() || name.empty() || name.find('/') != std::string::npos) return {};
+  std::FILE* f = std::fopen((dir + "/templates/" + name + ".jinja").c_str(), "rb");
+  if (!f) return {};
+  std::string text;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) text.append(buf, n);
+  std::fclose(f);
+  return text;
+}
+
 std::string vocab_file(const std::string& vocab) {
   if (vocab == "none") return {};
   std::string file;
@@ -208,6 +221,8 @@ TestModelShape make_test_model(const TestModelSpec& spec, const std::string& out
       }
     }
   }
+
+  if (!spec.chat_template.empty()) gguf_set_val_str(g.get(), "tokenizer.chat_template", spec.chat_template.c_str());
 
   // Tensor descriptors only: the data is generated and written one tensor at a time.
   const int64_t n_tensors = 3 + 9 * s.n_layer;

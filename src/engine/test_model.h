@@ -22,6 +22,9 @@ struct TestModelSpec {
   int64_t n_embd = 0, n_layer = 0, n_ff = 0;
   uint64_t seed = 1;
   int64_t n_ctx_train = 4096;
+  // tokenizer.chat_template: Jinja text in place of the vocab file's (empty:
+  // the vocab file's, if it has one).
+  std::string chat_template;
 };
 
 struct TestModelShape {
@@ -33,6 +36,9 @@ struct TestModelShape {
 // RECLAIM_VOCAB_DIR, else the llama.cpp models/ folder this build was set up
 // with; "none" names no file (empty).
 std::string vocab_file(const std::string& vocab);
+// A chat template from llama.cpp's models/templates/ folder (e.g.
+// "Qwen-Qwen2.5-7B-Instruct"): its text, or "" when there is no such file.
+std::string llama_template(const std::string& name);
 
 // Shape that a spec resolves to (reads the vocab size from the vocab file).
 TestModelShape test_model_shape(const TestModelSpec& spec);

@@ -20,13 +20,17 @@
 
 #include <atomic>
 #include <chrono>
+#include <mutex>
+#include <set>
 
 #include "engine/batcher.h"
 #include "engine/chat.h"
 #include "engine/generate.h"
 #include "engine/generation.h"
+#include "server/chat_reply.h"
 #include "server/connections.h"
 #include "server/http_errors.h"
+#include "server/logprobs.h"
 #include "server/openai.h"
 #include "server/server.h"
 
@@ -52,9 +56,70 @@ struct Running {
   Millis keep_alive{-2};
   Lease lease;
   std::string chat_template;  // the model's own setting, else --chat-template, else the file's
+  ChatReader reader;          // a chat's reply, read by its template's format
   std::string id;
   int64_t created = 0;
 };
+
+// Once a model name: that a model without a template of its own is served
+// with chatml, as llama-server does.
+void say_fallback_once(const std::string& model) {
+  static std::mutex mu;
+  static std::set<std::string> said;
+  std::lock_guard<std::mutex> lock(mu);
+  if (said.insert(model).second) {
+    std::fprintf(stderr, "reclaim: model '%s' has no chat template: chats with it use chatml\n", model.c_str());
+  }
+}
+
+void render_chat(Running& run, Model& model) {
+  GenerateRequest& g = run.req.generate;
+  std::unique_ptr<ChatTemplate> tmpl;
+  try {
+    tmpl = std::make_unique<ChatTemplate>(model, run.chat_template);
+  } catch (const ChatError& e) {
+    throw ApiException(ApiError{500, "server_error", "chat_template", e.what(), 0});
+  }
+  if (tmpl->uses_fallback()) say_fallback_once(run.req.model);
+  // The template's own grammar takes the schema in; what is wrong with it is
+  // named here, against the field it came in.
+  if (!run.req.json_schema.empty()) {
+    try {
+      json_schema_grammar(run.req.json_schema);
+    } catch (const ChatError& e) {
+      bad_field(e.param(), e.what());
+    }
+  }
+  run.req.chat_input.json_schema = run.req.json_schema;
+  ChatRender r;
+  try {
+    r = tmpl->render(run.req.chat_input);
+  } catch (const ChatError& e) {
+    bad_field(e.param(), e.what(), "invalid_chat");
+  }
+  g.prompt = std::move(r.prompt);
+  g.grammar = std::move(r.grammar);
+  g.preserved_tokens = std::move(r.preserved_tokens);
+  for (std::string& s : r.stops) g.stop.push_back(std::move(s));
+  run.reader = std::move(r.reader);
+}
+
+// A JSON schema or GBNF that is not the template's own: checked here, so
+// that a bad one is the client's 400 before any decode.
+void constrain(Running& run, Model& model) {
+  GrammarSpec& g = run.req.generate.grammar;
+  if (!run.req.grammar.empty()) {
+    g = GrammarSpec{};
+    g.gbnf = run.req.grammar;
+    if (!grammar_parses(model.vocab(), g.gbnf)) bad_field("grammar", "'grammar' is not a GBNF grammar llama.cpp can parse");
+  } else if (!run.chat && !run.req.json_schema.empty()) {
+    try {
+      g.gbnf = json_schema_grammar(run.req.json_schema);
+    } catch (const ChatError& e) {
+      bad_field(e.param(), e.what());
+    }
+  }
+}
 
 // Once the model is held: the prompt from the chat template, tokenized once
 // (generate then takes the tokens) and checked against the vocabulary and
@@ -68,13 +133,17 @@ void prepare(Running& run) {
                       "only, and this endpoint answers in text");
   }
   if (run.chat) {
-    try {
-      g.prompt = apply_chat_template(model, run.req.messages, run.chat_template);
-    } catch (const Error& e) {
-      bad_request(e.what(), "no_chat_template");
-    }
+    render_chat(run, model);
   } else {
     g.prompt = run.req.prompt;
+  }
+  constrain(run, model);
+  const int32_t n_vocab = llama_vocab_n_tokens(model.vocab());
+  for (const llama_logit_bias& b : g.sampling.logit_bias) {
+    if (b.token >= n_vocab) {
+      bad_field("logit_bias", "'logit_bias' has token id " + std::to_string(b.token) + ", outside this model's vocabulary of " +
+                                  std::to_string(n_vocab));
+    }
   }
   // The model's own context a sequence, as its batch was made.
   g.prompt_tokens = prompt_tokens(model.vocab(), g, model.batcher()->n_ctx_seq());
@@ -159,7 +228,20 @@ bool Server::complete(const httplib::Request& http_req, httplib::Response& res, 
       return false;
     }
     ++stats_.ok;
-    res.set_content(completion_json(run->req, r, run->id, run->created).dump(), "application/json");
+    json message, logprobs;
+    const char* finish = openai_finish_reason(r.finish);
+    if (chat) {
+      run->reader.push(r.text);
+      const ChatReply reply = run->reader.finish();
+      message = chat_message_json(reply);
+      finish = chat_finish_reason(r.finish, reply);
+    }
+    if (run->req.generate.logprobs >= 0) {
+      const llama_vocab* vocab = run->lease.model().vocab();
+      logprobs = chat ? chat_logprobs_json(vocab, r.logprobs) : completion_logprobs_json(vocab, r.logprobs);
+    }
+    res.set_content(completion_json(run->req, r, message, finish, run->id, run->created, logprobs).dump(),
+                    "application/json");
     return false;
   }
 
@@ -217,9 +299,33 @@ bool Server::complete(const httplib::Request& http_req, httplib::Response& res, 
         }
         cancel.link(&run->lease.cancel_token());
         GenerateHooks hooks;
+        // Logprobs ride with the next chunk that carries text: a chat's
+        // parser may hold text back a while.
+        std::vector<TokenLogprob> pending;
+        size_t text_offset = 0;
+        auto take_logprobs = [&]() -> json {
+          if (run->req.generate.logprobs < 0) return nullptr;
+          const llama_vocab* vocab = run->lease.model().vocab();
+          json j = run->chat ? chat_logprobs_json(vocab, pending) : completion_logprobs_json(vocab, pending, text_offset);
+          for (const TokenLogprob& e : pending) text_offset += token_piece(vocab, e.token).size();
+          pending.clear();
+          return j;
+        };
+        auto send_deltas = [&](const std::vector<ChatDelta>& deltas) {
+          for (const ChatDelta& d : deltas) {
+            write(sse(chunk_json(run->req, delta_json(d, first), nullptr, run->id, run->created, take_logprobs())));
+            first = false;
+          }
+        };
+        hooks.on_logprobs = [&](std::vector<TokenLogprob> entries) {
+          for (TokenLogprob& e : entries) pending.push_back(std::move(e));
+        };
         hooks.on_text = [&](std::string_view text) {
-          write(sse(chunk_json(run->req, std::string(text), nullptr, run->id, run->created, first)));
-          first = false;
+          if (run->chat) {
+            send_deltas(run->reader.push(text));
+          } else {
+            write(sse(chunk_json(run->req, json(std::string(text)), nullptr, run->id, run->created, take_logprobs())));
+          }
         };
         hooks.tick = cancel_when_client_leaves(cancel);
         GenerateResult r;
@@ -234,9 +340,18 @@ bool Server::complete(const httplib::Request& http_req, httplib::Response& res, 
           return false;
         }
         ++(r.finish == FinishReason::cancelled ? stats_.cancelled : stats_.ok);
-        write(sse(chunk_json(run->req, "", openai_finish_reason(r.finish), run->id, run->created, first)));
+        if (run->chat) {
+          std::vector<ChatDelta> rest;
+          const ChatReply reply = run->reader.finish(&rest);
+          send_deltas(rest);
+          write(sse(chunk_json(run->req, delta_json(ChatDelta{}, first), chat_finish_reason(r.finish, reply), run->id,
+                               run->created, pending.empty() ? json(nullptr) : take_logprobs())));
+        } else {
+          write(sse(chunk_json(run->req, json(""), openai_finish_reason(r.finish), run->id, run->created,
+                               pending.empty() ? json(nullptr) : take_logprobs())));
+        }
         if (run->req.include_usage) {
-          json u = chunk_json(run->req, "", nullptr, run->id, run->created, false);
+          json u = chunk_json(run->req, run->chat ? json::object() : json(""), nullptr, run->id, run->created);
           u["choices"] = json::array();
           u["usage"] = usage_json(r);
           write(sse(u));

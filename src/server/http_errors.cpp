@@ -2,6 +2,7 @@
 
 #include <httplib.h>
 
+#include "engine/chat.h"
 #include "engine/generate.h"
 #include "engine/owners.h"
 #include "runtime/registry.h"
@@ -29,6 +30,7 @@ ApiError to_api_error(const std::exception& ex) {
   if (dynamic_cast<const LoadAborted*>(&ex)) return {503, "server_error", "load_aborted", m, 5};
   if (dynamic_cast<const InvalidModelFile*>(&ex)) return {422, "invalid_request_error", "invalid_model_file", m, 0};
   if (dynamic_cast<const NoTokenizer*>(&ex)) return {400, "invalid_request_error", "model_has_no_tokenizer", m, 0};
+  if (auto* c = dynamic_cast<const ChatError*>(&ex)) return {400, "invalid_request_error", "invalid_chat", m, 0, c->param()};
   if (dynamic_cast<const BadPrompt*>(&ex)) return {400, "invalid_request_error", "invalid_prompt", m, 0};
   return {500, "server_error", "", m, 0};
 }

@@ -1,5 +1,8 @@
 #include "server/openai.h"
 
+#include "server/chat_request.h"
+#include "server/json_fields.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -14,8 +17,16 @@ void bad_request(const std::string& message, const std::string& code) {
   throw ApiException(ApiError{400, "invalid_request_error", code, message, 0});
 }
 
+void bad_field(const std::string& param, const std::string& message, const std::string& code) {
+  throw ApiException(ApiError{400, "invalid_request_error", code, message, 0, param});
+}
+
 json error_json(const ApiError& e) {
-  return {{"error", {{"message", e.message}, {"type", e.type}, {"code", e.code.empty() ? json(nullptr) : json(e.code)}}}};
+  return {{"error",
+           {{"message", e.message},
+            {"type", e.type},
+            {"param", e.param.empty() ? json(nullptr) : json(e.param)},
+            {"code", e.code.empty() ? json(nullptr) : json(e.code)}}}};
 }
 
 const char* openai_finish_reason(FinishReason f) {
@@ -71,55 +82,6 @@ int64_t parse_duration_ms(const json& v, const std::string& field) {
 
 namespace {
 
-// Strict, unlike nlohmann's get<T>(), which turns true into 1, 1.5 into 1
-// and 4294967297 into 1 for an int32_t.
-template <class T>
-T get_field(const json& j, const char* name, const char* what) {
-  const json& v = j.at(name);
-  auto refuse = [&]() -> T { bad_request(std::string("'") + name + "' must be " + what); };
-  if constexpr (std::is_same_v<T, bool>) {
-    if (!v.is_boolean()) return refuse();
-    return v.get<bool>();
-  } else if constexpr (std::is_integral_v<T>) {
-    if (!v.is_number_integer()) return refuse();
-    if (v.is_number_unsigned()) {
-      const uint64_t u = v.get<uint64_t>();
-      if (u > static_cast<uint64_t>(std::numeric_limits<T>::max())) return refuse();
-      return static_cast<T>(u);
-    }
-    const int64_t n = v.get<int64_t>();
-    if (n < static_cast<int64_t>(std::numeric_limits<T>::min()) || n > static_cast<int64_t>(std::numeric_limits<T>::max())) {
-      return refuse();
-    }
-    return static_cast<T>(n);
-  } else if constexpr (std::is_floating_point_v<T>) {
-    if (!v.is_number()) return refuse();
-    const T x = v.get<T>();
-    if (!std::isfinite(x)) return refuse();
-    return x;
-  } else {
-    if (!v.is_string()) return refuse();
-    return v.get<T>();
-  }
-}
-
-std::string content_text(const json& content, size_t i) {
-  if (content.is_string()) return content.get<std::string>();
-  // The array form: [{"type": "text", "text": "..."}].
-  if (content.is_array()) {
-    std::string out;
-    for (const json& part : content) {
-      if (!part.is_object() || !part.contains("type") || part["type"] != "text" || !part.contains("text") ||
-          !part["text"].is_string()) {
-        bad_request("messages[" + std::to_string(i) + "].content: only text parts are supported");
-      }
-      out += part["text"].get<std::string>();
-    }
-    return out;
-  }
-  bad_request("messages[" + std::to_string(i) + "].content must be a string or an array of text parts");
-}
-
 void parse_sampling(const json& j, bool chat, GenerateRequest& g) {
   // OpenAI's defaults: temperature 1, top_p 1, no other filter.
   g.sampling = SamplingParams{};
@@ -155,6 +117,47 @@ void parse_sampling(const json& j, bool chat, GenerateRequest& g) {
     g.sampling.seed = static_cast<uint32_t>(s & 0xFFFFFFFF);
     if (g.sampling.seed == LLAMA_DEFAULT_SEED) g.sampling.seed = 0;
   }
+  auto penalty = [&](const char* name, float& out) {
+    if (!has_field(j, name)) return;
+    const double v = get_field<double>(j, name, "a number");
+    if (v < -2 || v > 2) bad_field(name, std::string("'") + name + "' must be between -2 and 2");
+    out = static_cast<float>(v);
+  };
+  penalty("frequency_penalty", g.sampling.frequency_penalty);
+  penalty("presence_penalty", g.sampling.presence_penalty);
+  // llama-server's.
+  if (has_field(j, "repeat_penalty")) {
+    const double v = get_field<double>(j, "repeat_penalty", "a number");
+    if (!(v > 0)) bad_field("repeat_penalty", "'repeat_penalty' must be > 0");
+    g.sampling.repeat_penalty = static_cast<float>(v);
+  }
+  if (has_field(j, "repeat_last_n")) {
+    const int32_t n = get_field<int32_t>(j, "repeat_last_n", "an integer");
+    if (n < 0) bad_field("repeat_last_n", "'repeat_last_n' must be >= 0");
+    g.sampling.repeat_last_n = n;
+  }
+  if (has_field(j, "logit_bias")) {
+    // OpenAI's shape: {"token id": bias from -100 to 100}. Whether the ids
+    // are in the model's vocabulary is known once it is (server/completion.cpp).
+    const json& lb = j["logit_bias"];
+    if (!lb.is_object()) bad_field("logit_bias", "'logit_bias' must be an object of token ids to numbers");
+    for (const auto& [key, value] : lb.items()) {
+      size_t used = 0;
+      long long id = -1;
+      try {
+        id = std::stoll(key, &used);
+      } catch (...) {
+        used = 0;
+      }
+      if (used != key.size() || id < 0 || id > INT32_MAX) {
+        bad_field("logit_bias", "'logit_bias' has key '" + key + "', which is not a token id");
+      }
+      if (!value.is_number() || value.get<double>() < -100 || value.get<double>() > 100) {
+        bad_field("logit_bias", "'logit_bias' values must be numbers from -100 to 100");
+      }
+      g.sampling.logit_bias.push_back({static_cast<llama_token>(id), value.get<float>()});
+    }
+  }
   if (j.contains("stop") && !j["stop"].is_null()) {
     const json& s = j["stop"];
     if (s.is_string()) {
@@ -164,6 +167,29 @@ void parse_sampling(const json& j, bool chat, GenerateRequest& g) {
     } else {
       bad_request("'stop' must be a string or an array of up to 4 strings");
     }
+  }
+}
+
+// Chat: "logprobs": true with "top_logprobs": 0..20. Completions (the
+// legacy shape): "logprobs": the number of top tokens.
+void parse_logprobs(const json& j, bool chat, GenerateRequest& g) {
+  const std::string range = "an integer from 0 to " + std::to_string(kMaxTopLogprobs);
+  auto count = [&](const char* name) {
+    const int32_t n = get_field<int32_t>(j, name, range.c_str());
+    if (n < 0 || n > kMaxTopLogprobs) bad_field(name, std::string("'") + name + "' must be " + range);
+    return n;
+  };
+  if (!chat) {
+    if (has_field(j, "logprobs")) g.logprobs = count("logprobs");
+    return;
+  }
+  const bool on = has_field(j, "logprobs") && get_field<bool>(j, "logprobs", "true or false");
+  if (has_field(j, "top_logprobs")) {
+    const int32_t n = count("top_logprobs");
+    if (!on) bad_field("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    g.logprobs = n;
+  } else if (on) {
+    g.logprobs = 0;
   }
 }
 
@@ -233,17 +259,7 @@ CompletionRequest parse_completion_request(const std::string& body, bool chat, c
   if (!j.contains("model")) bad_request("'model' is required", "model_required");
   r.model = get_field<std::string>(j, "model", "a string");
   if (chat) {
-    if (!j.contains("messages") || !j["messages"].is_array() || j["messages"].empty()) {
-      bad_request("'messages' must be a non-empty array");
-    }
-    size_t i = 0;
-    for (const json& m : j["messages"]) {
-      if (!m.is_object() || !m.contains("role") || !m["role"].is_string() || !m.contains("content")) {
-        bad_request("messages[" + std::to_string(i) + "] must be an object with 'role' and 'content'");
-      }
-      r.messages.push_back({m["role"].get<std::string>(), content_text(m["content"], i)});
-      ++i;
-    }
+    parse_chat_fields(j, r);
   } else {
     if (!j.contains("prompt")) bad_request("'prompt' is required");
     const json& p = j["prompt"];
@@ -266,8 +282,10 @@ CompletionRequest parse_completion_request(const std::string& body, bool chat, c
     }
   }
   parse_sampling(j, chat, r.generate);
-  if (j.contains("n") && !j["n"].is_null() && get_field<int64_t>(j, "n", "an integer") != 1) {
-    bad_request("'n' must be 1: one choice a request is supported", "unsupported_n");
+  parse_output_format(j, r);
+  parse_logprobs(j, chat, r.generate);
+  if (has_field(j, "n") && get_field<int64_t>(j, "n", "an integer") != 1) {
+    bad_field("n", "'n' must be 1: this server gives one choice a request (send n requests for n choices)", "unsupported_n");
   }
   if (j.contains("stream") && !j["stream"].is_null()) r.stream = get_field<bool>(j, "stream", "true or false");
   if (j.contains("stream_options") && !j["stream_options"].is_null()) {
@@ -308,10 +326,11 @@ json usage_json(const GenerateResult& r) {
           {"prompt_tokens_details", {{"cached_tokens", r.timings.cached_tokens}}}};
 }
 
-json completion_json(const CompletionRequest& req, const GenerateResult& r, const std::string& id, int64_t created) {
-  json choice = {{"index", 0}, {"finish_reason", openai_finish_reason(r.finish)}, {"logprobs", nullptr}};
+json completion_json(const CompletionRequest& req, const GenerateResult& r, const json& message, const char* finish,
+                     const std::string& id, int64_t created, const json& logprobs) {
+  json choice = {{"index", 0}, {"finish_reason", finish}, {"logprobs", logprobs}};
   if (req.chat) {
-    choice["message"] = {{"role", "assistant"}, {"content", r.text}};
+    choice["message"] = message;
   } else {
     choice["text"] = r.text;
   }
@@ -329,17 +348,10 @@ json completion_json(const CompletionRequest& req, const GenerateResult& r, cons
             {"first_token_ms", r.timings.first_token_ms}}}};
 }
 
-json chunk_json(const CompletionRequest& req, const std::string& text, const char* finish, const std::string& id,
-                int64_t created, bool first) {
-  json choice = {{"index", 0}, {"finish_reason", finish ? json(finish) : json(nullptr)}, {"logprobs", nullptr}};
-  if (req.chat) {
-    json delta = json::object();
-    if (first) delta["role"] = "assistant";
-    if (!text.empty() || !finish) delta["content"] = text;
-    choice["delta"] = delta;
-  } else {
-    choice["text"] = text;
-  }
+json chunk_json(const CompletionRequest& req, const json& delta_or_text, const char* finish, const std::string& id,
+                int64_t created, const json& logprobs) {
+  json choice = {{"index", 0}, {"finish_reason", finish ? json(finish) : json(nullptr)}, {"logprobs", logprobs}};
+  choice[req.chat ? "delta" : "text"] = delta_or_text;
   return {{"id", id},
           {"object", req.chat ? "chat.completion.chunk" : "text_completion"},
           {"created", created},

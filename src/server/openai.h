@@ -22,6 +22,7 @@ struct ApiError {
   std::string code;  // e.g. "model_not_found"; may be empty
   std::string message;
   int retry_after = 0;  // seconds, for 429/503
+  std::string param;    // the request's field that is wrong, when one is
 };
 class ApiException : public std::exception {
  public:
@@ -33,6 +34,8 @@ class ApiException : public std::exception {
   ApiError error_;
 };
 [[noreturn]] void bad_request(const std::string& message, const std::string& code = "");
+// A 400 for the field `param` (OpenAI's error.param), e.g. "messages[2].content".
+[[noreturn]] void bad_field(const std::string& param, const std::string& message, const std::string& code = "");
 nlohmann::json error_json(const ApiError& e);
 // The body as a JSON object; a 400 saying why when it is not one.
 nlohmann::json parse_object(const std::string& body);
@@ -41,7 +44,9 @@ struct CompletionRequest {
   bool chat = false;
   std::string model;
   std::string prompt;                 // /v1/completions
-  std::vector<ChatMessage> messages;  // /v1/chat/completions
+  ChatRequest chat_input;             // /v1/chat/completions: messages and tools (server/chat_request.h)
+  std::string json_schema;            // response_format's or llama-server's json_schema, as JSON text
+  std::string grammar;                // llama-server's "grammar": the client's own GBNF
   GenerateRequest generate;           // sampling, max_tokens, stop (prompt filled later for chat)
   bool stream = false;
   bool include_usage = false;         // stream_options.include_usage
@@ -65,11 +70,15 @@ ControlRequest parse_control_request(const std::string& body, bool unload);
 // "5m", "30s", "1h", "250ms", a number of seconds, -1 (never) or 0.
 int64_t parse_duration_ms(const nlohmann::json& v, const std::string& field);
 
-// The response object of a finished request.
-nlohmann::json completion_json(const CompletionRequest& req, const GenerateResult& r, const std::string& id, int64_t created);
-// One server-sent-event chunk with `text`; `finish` set on the last one.
-nlohmann::json chunk_json(const CompletionRequest& req, const std::string& text, const char* finish,
-                          const std::string& id, int64_t created, bool first);
+// The response object of a finished request; `reply`: a chat's, read by its
+// template (server/chat_reply.h).
+nlohmann::json completion_json(const CompletionRequest& req, const GenerateResult& r, const nlohmann::json& message,
+                               const char* finish, const std::string& id, int64_t created,
+                               const nlohmann::json& logprobs = nullptr);
+// One server-sent-event chunk: a completion's `text`, or a chat's `delta`;
+// `finish` set on the last one.
+nlohmann::json chunk_json(const CompletionRequest& req, const nlohmann::json& delta_or_text, const char* finish,
+                          const std::string& id, int64_t created, const nlohmann::json& logprobs = nullptr);
 nlohmann::json usage_json(const GenerateResult& r);
 const char* openai_finish_reason(FinishReason f);
 

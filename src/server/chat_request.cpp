@@ -1,0 +1,196 @@
+#include "server/chat_request.h"
+
+#include <set>
+
+#include "server/json_fields.h"
+
+namespace reclaim::server {
+
+using nlohmann::json;
+
+namespace {
+
+const std::set<std::string>& roles() {
+  static const std::set<std::string> r = {"system", "developer", "user", "assistant", "tool"};
+  return r;
+}
+
+// Text parts pass; an image, audio or file part is named, since this build
+// reads text only.
+void check_parts(const json& content, const std::string& at) {
+  for (size_t k = 0; k < content.size(); ++k) {
+    const json& part = content[k];
+    const std::string here = at + "[" + std::to_string(k) + "]";
+    if (!part.is_object() || !part.contains("type") || !part["type"].is_string()) {
+      bad_field(here, "'" + here + "' must be an object with a 'type'");
+    }
+    const std::string type = part["type"].get<std::string>();
+    if (type != "text") {
+      bad_field(here, "'" + here + "' is a '" + type + "' part: this server reads text only", "unsupported_content");
+    }
+    if (!part.contains("text") || !part["text"].is_string()) bad_field(here + ".text", "'" + here + ".text' must be a string");
+  }
+}
+
+void check_tool_calls(const json& calls, const std::string& at) {
+  if (!calls.is_array()) bad_field(at, "'" + at + "' must be an array");
+  for (size_t k = 0; k < calls.size(); ++k) {
+    const json& c = calls[k];
+    const std::string here = at + "[" + std::to_string(k) + "]";
+    if (!c.is_object() || !c.contains("function") || !c["function"].is_object()) {
+      bad_field(here, "'" + here + "' must be an object with a 'function'");
+    }
+    const json& f = c["function"];
+    if (!f.contains("name") || !f["name"].is_string()) bad_field(here + ".function.name", "'" + here + ".function.name' must be a string");
+    if (f.contains("arguments") && !f["arguments"].is_string()) {
+      bad_field(here + ".function.arguments", "'" + here + ".function.arguments' must be a string of JSON");
+    }
+    if (c.contains("id") && !c["id"].is_string() && !c["id"].is_null()) bad_field(here + ".id", "'" + here + ".id' must be a string");
+  }
+}
+
+// The messages as the template library reads them: OpenAI's "developer"
+// role is the system's (templates know only "system").
+json checked_messages(const json& j) {
+  if (!j.contains("messages") || !j["messages"].is_array() || j["messages"].empty()) {
+    bad_field("messages", "'messages' must be a non-empty array");
+  }
+  json out = j["messages"];
+  for (size_t i = 0; i < out.size(); ++i) {
+    json& m = out[i];
+    const std::string at = "messages[" + std::to_string(i) + "]";
+    if (!m.is_object()) bad_field(at, "'" + at + "' must be an object");
+    if (!m.contains("role") || !m["role"].is_string() || !roles().count(m["role"].get<std::string>())) {
+      bad_field(at + ".role", "'" + at + ".role' must be one of system, developer, user, assistant, tool");
+    }
+    const std::string role = m["role"].get<std::string>();
+    if (role == "developer") m["role"] = "system";
+    const bool calls = m.contains("tool_calls") && !m["tool_calls"].is_null();
+    if (calls) {
+      if (role != "assistant") bad_field(at + ".tool_calls", "'" + at + ".tool_calls' belongs to an assistant message");
+      check_tool_calls(m["tool_calls"], at + ".tool_calls");
+    }
+    if (!m.contains("content") || m["content"].is_null()) {
+      // OpenAI: an assistant's content may be null when it called tools (or
+      // said nothing).
+      if (role != "assistant") bad_field(at + ".content", "'" + at + ".content' is required for a " + role + " message");
+      m["content"] = nullptr;
+      if (!calls) m["content"] = "";
+    } else if (m["content"].is_array()) {
+      check_parts(m["content"], at + ".content");
+    } else if (!m["content"].is_string()) {
+      bad_field(at + ".content", "'" + at + ".content' must be a string, an array of text parts, or null");
+    }
+    if (role == "tool" && m.contains("tool_call_id") && !m["tool_call_id"].is_string()) {
+      bad_field(at + ".tool_call_id", "'" + at + ".tool_call_id' must be a string");
+    }
+    if (m.contains("name") && !m["name"].is_string()) bad_field(at + ".name", "'" + at + ".name' must be a string");
+  }
+  return out;
+}
+
+std::vector<ChatTool> checked_tools(const json& tools) {
+  if (!tools.is_array()) bad_field("tools", "'tools' must be an array");
+  std::vector<ChatTool> out;
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const json& t = tools[i];
+    const std::string at = "tools[" + std::to_string(i) + "]";
+    if (!t.is_object() || t.value("type", "") != "function" || !t.contains("function") || !t["function"].is_object()) {
+      bad_field(at, "'" + at + "' must be {\"type\": \"function\", \"function\": {...}}");
+    }
+    const json& f = t["function"];
+    if (!f.contains("name") || !f["name"].is_string() || f["name"].get<std::string>().empty()) {
+      bad_field(at + ".function.name", "'" + at + ".function.name' must be a non-empty string");
+    }
+    ChatTool tool;
+    tool.name = f["name"].get<std::string>();
+    if (has_field(f, "description")) {
+      if (!f["description"].is_string()) bad_field(at + ".function.description", "'" + at + ".function.description' must be a string");
+      tool.description = f["description"].get<std::string>();
+    }
+    json params = json{{"type", "object"}, {"properties", json::object()}};
+    if (has_field(f, "parameters")) {
+      if (!f["parameters"].is_object()) bad_field(at + ".function.parameters", "'" + at + ".function.parameters' must be a JSON schema object");
+      params = f["parameters"];
+    }
+    tool.parameters = params.dump();
+    out.push_back(std::move(tool));
+  }
+  return out;
+}
+
+}  // namespace
+
+void parse_chat_fields(const json& j, CompletionRequest& r) {
+  ChatRequest& c = r.chat_input;
+  c.messages = checked_messages(j).dump();
+  if (has_field(j, "tools")) c.tools = checked_tools(j["tools"]);
+  if (has_field(j, "tool_choice")) {
+    const json& tc = j["tool_choice"];
+    if (tc.is_string()) {
+      const std::string s = tc.get<std::string>();
+      if (s == "auto") {
+        c.tool_choice = ToolChoice::automatic;
+      } else if (s == "none") {
+        c.tool_choice = ToolChoice::none;
+      } else if (s == "required") {
+        c.tool_choice = ToolChoice::required;
+      } else {
+        bad_field("tool_choice", "'tool_choice' must be \"auto\", \"none\", \"required\" or a function");
+      }
+    } else if (tc.is_object() && tc.value("type", "") == "function" && tc.contains("function") &&
+               tc["function"].is_object() && tc["function"].contains("name") && tc["function"]["name"].is_string()) {
+      // One function by name: the only tool offered, and a call required.
+      const std::string name = tc["function"]["name"].get<std::string>();
+      std::vector<ChatTool> only;
+      for (const ChatTool& t : c.tools) {
+        if (t.name == name) only.push_back(t);
+      }
+      if (only.empty()) bad_field("tool_choice", "'tool_choice' names function '" + name + "', which is not in 'tools'");
+      c.tools = std::move(only);
+      c.tool_choice = ToolChoice::required;
+    } else {
+      bad_field("tool_choice", "'tool_choice' must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}");
+    }
+    if (c.tool_choice == ToolChoice::required && c.tools.empty()) {
+      bad_field("tool_choice", "'tool_choice' requires a tool call, and 'tools' is empty");
+    }
+  }
+  if (has_field(j, "parallel_tool_calls")) c.parallel_tool_calls = get_field<bool>(j, "parallel_tool_calls", "true or false");
+}
+
+void parse_output_format(const json& j, CompletionRequest& r) {
+  if (has_field(j, "response_format")) {
+    const json& rf = j["response_format"];
+    if (!rf.is_object() || !rf.contains("type") || !rf["type"].is_string()) {
+      bad_field("response_format", "'response_format' must be an object with a 'type'");
+    }
+    const std::string type = rf["type"].get<std::string>();
+    if (type == "json_object") {
+      r.json_schema = json{{"type", "object"}}.dump();
+    } else if (type == "json_schema") {
+      const json& js = rf.contains("json_schema") ? rf["json_schema"] : json();
+      if (!js.is_object()) bad_field("response_format.json_schema", "'response_format.json_schema' must be an object");
+      if (js.contains("strict") && !js["strict"].is_null() && !js["strict"].is_boolean()) {
+        bad_field("response_format.json_schema.strict", "'response_format.json_schema.strict' must be true or false");
+      }
+      // Not strict is also enforced: the grammar is all there is to offer.
+      const json schema = js.contains("schema") && !js["schema"].is_null() ? js["schema"] : json::object();
+      if (!schema.is_object()) bad_field("response_format.json_schema.schema", "'response_format.json_schema.schema' must be a JSON schema object");
+      r.json_schema = schema.dump();
+    } else if (type != "text") {
+      bad_field("response_format.type", "'response_format.type' must be \"text\", \"json_object\" or \"json_schema\"");
+    }
+  }
+  if (has_field(j, "json_schema")) {
+    if (!j["json_schema"].is_object()) bad_field("json_schema", "'json_schema' must be a JSON schema object");
+    r.json_schema = j["json_schema"].dump();
+  }
+  if (has_field(j, "grammar")) r.grammar = get_field<std::string>(j, "grammar", "a GBNF grammar as a string");
+  if (!r.grammar.empty() && !r.json_schema.empty()) bad_field("grammar", "'grammar' and a JSON schema cannot both constrain one reply");
+  if (!r.grammar.empty() && !r.chat_input.tools.empty() && r.chat_input.tool_choice != ToolChoice::none) {
+    bad_field("grammar", "'grammar' cannot constrain a reply that may call tools");
+  }
+}
+
+}  // namespace reclaim::server

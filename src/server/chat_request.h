@@ -1,0 +1,18 @@
+// The chat fields of an OpenAI request, checked the way OpenAI checks them
+// (a wrong one is a 400 whose `param` names it): messages with string, null
+// or text-part content and tool calls; tools and tool_choice; and the output
+// format (response_format, and llama-server's json_schema and grammar).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include "server/openai.h"
+
+namespace reclaim::server {
+
+// messages, tools, tool_choice, parallel_tool_calls into r.chat_input.
+void parse_chat_fields(const nlohmann::json& j, CompletionRequest& r);
+// response_format, json_schema and grammar into r.json_schema / r.grammar.
+void parse_output_format(const nlohmann::json& j, CompletionRequest& r);
+
+}  // namespace reclaim::server

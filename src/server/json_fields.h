@@ -1,0 +1,52 @@
+// Reading a request's fields strictly: a field of the wrong type is a 400
+// that names it (OpenAI's `param`), where nlohmann's get<T>() would turn
+// true into 1, 1.5 into 1 and 4294967297 into 1 for an int32_t.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <type_traits>
+
+#include <nlohmann/json.hpp>
+
+#include "server/openai.h"
+
+namespace reclaim::server {
+
+template <class T>
+T get_field(const nlohmann::json& j, const char* name, const char* what) {
+  const nlohmann::json& v = j.at(name);
+  auto refuse = [&]() -> T { bad_field(name, std::string("'") + name + "' must be " + what); };
+  if constexpr (std::is_same_v<T, bool>) {
+    if (!v.is_boolean()) return refuse();
+    return v.get<bool>();
+  } else if constexpr (std::is_integral_v<T>) {
+    if (!v.is_number_integer()) return refuse();
+    if (v.is_number_unsigned()) {
+      const uint64_t u = v.get<uint64_t>();
+      if (u > static_cast<uint64_t>(std::numeric_limits<T>::max())) return refuse();
+      return static_cast<T>(u);
+    }
+    const int64_t n = v.get<int64_t>();
+    if (n < static_cast<int64_t>(std::numeric_limits<T>::min()) || n > static_cast<int64_t>(std::numeric_limits<T>::max())) {
+      return refuse();
+    }
+    return static_cast<T>(n);
+  } else if constexpr (std::is_floating_point_v<T>) {
+    if (!v.is_number()) return refuse();
+    const T x = v.get<T>();
+    if (!std::isfinite(x)) return refuse();
+    return x;
+  } else {
+    if (!v.is_string()) return refuse();
+    return v.get<T>();
+  }
+}
+
+
+// Whether `j` has `name` with a value other than null.
+inline bool has_field(const nlohmann::json& j, const char* name) { return j.contains(name) && !j.at(name).is_null(); }
+
+}  // namespace reclaim::server

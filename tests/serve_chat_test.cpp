@@ -1,0 +1,206 @@
+// The chat surface as clients use it: agents' transcripts (null content with
+// tool calls, text parts), a JSON schema the reply follows, a model without a
+// template, and a 400 that names the field for each mistake.
+#include <httplib.h>
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "served.h"
+
+using namespace reclaim::testing;
+using nlohmann::json;
+
+namespace {
+
+json user(const std::string& text) { return {{"role", "user"}, {"content", text}}; }
+
+json weather_tool() {
+  return {{"type", "function"},
+          {"function",
+           {{"name", "get_weather"},
+            {"parameters",
+             {{"type", "object"}, {"properties", {{"city", {{"type", "string"}}}}}, {"required", json::array({"city"})}}}}}};
+}
+
+// The content of a streamed chat: its deltas joined, and its finish reason.
+std::pair<std::string, std::string> streamed_content(Served& s, json body) {
+  body["stream"] = true;
+  auto r = s.post("/v1/chat/completions", body);
+  EXPECT_TRUE(r);
+  if (!r) return {};
+  EXPECT_EQ(r->status, 200) << r->body;
+  std::string content, finish;
+  for (size_t at = r->body.find("data: "); at != std::string::npos; at = r->body.find("data: ", at + 6)) {
+    const size_t end = r->body.find("\n\n", at);
+    const std::string data = r->body.substr(at + 6, end - at - 6);
+    if (data == "[DONE]") break;
+    const json chunk = json::parse(data);
+    EXPECT_FALSE(chunk.contains("error")) << data;
+    const json& c = chunk["choices"][0];
+    if (c["delta"].contains("content")) content += c["delta"]["content"].get<std::string>();
+    if (!c["finish_reason"].is_null()) finish = c["finish_reason"];
+  }
+  return {content, finish};
+}
+
+}  // namespace
+
+TEST(ServeChat, AnAgentsTranscriptIsTaken) {
+  Served s;
+  const json messages = json::array(
+      {{{"role", "developer"}, {"content", "Answer briefly."}},
+       {{"role", "user"}, {"content", json::array({{{"type", "text"}, {"text", "Weather "}}, {{"type", "text"}, {"text", "in Paris?"}}})}},
+       {{"role", "assistant"},
+        {"content", nullptr},
+        {"tool_calls",
+         json::array({{{"id", "call_1"}, {"type", "function"}, {"function", {{"name", "get_weather"}, {"arguments", "{\"city\":\"Paris\"}"}}}}})}},
+       {{"role", "tool"}, {"tool_call_id", "call_1"}, {"content", "18 degrees"}}});
+  for (const char* m : {"spm", "bpe"}) {
+    const json reply =
+        s.post_json("/v1/chat/completions", {{"model", m}, {"messages", messages}, {"max_tokens", 4}, {"temperature", 0}});
+    EXPECT_EQ(reply["choices"][0]["message"]["role"], "assistant") << reply.dump();
+    EXPECT_TRUE(reply["choices"][0]["message"]["content"].is_string()) << reply.dump();
+    EXPECT_GT(reply["usage"]["prompt_tokens"].get<int>(), 10) << reply.dump();
+  }
+  s.expect_clean();
+}
+
+TEST(ServeChat, EachMistakeIsA400NamingItsField) {
+  Served s;
+  struct Case {
+    json change;
+    std::string param;
+  };
+  const std::vector<Case> cases = {
+      {{{"messages", json::array({{{"role", "user"}, {"content", json::array({{{"type", "image_url"}, {"image_url", {{"url", "x"}}}}})}}})}},
+       "messages[0].content[0]"},
+      {{{"messages", json::array({{{"role", "robot"}, {"content", "x"}}})}}, "messages[0].role"},
+      {{{"messages", json::array({{{"role", "user"}, {"content", nullptr}}})}}, "messages[0].content"},
+      {{{"tools", json::array({weather_tool()})}, {"tool_choice", {{"type", "function"}, {"function", {{"name", "other"}}}}}},
+       "tool_choice"},
+      {{{"tools", json::array({weather_tool()})}}, "tools"},  // qwen2's template has no tool calls
+      {{{"tools", json::array({{{"type", "function"}, {"function", {{"name", 3}}}}})}}, "tools[0].function.name"},
+      {{{"logit_bias", {{"99999999", 5}}}}, "logit_bias"},
+      {{{"logit_bias", {{"12", 500}}}}, "logit_bias"},
+      {{{"response_format", {{"type", "xml"}}}}, "response_format.type"},
+      {{{"response_format", {{"type", "json_schema"}, {"json_schema", {{"schema", {{"type", "no-such-type"}}}}}}}}, "response_format"},
+      {{{"grammar", "root ::= ("}}, "grammar"},
+      {{{"n", 2}}, "n"},
+      {{{"frequency_penalty", 3}}, "frequency_penalty"},
+      {{{"presence_penalty", "high"}}, "presence_penalty"},
+      {{{"parallel_tool_calls", "yes"}}, "parallel_tool_calls"},
+  };
+  for (const Case& c : cases) {
+    json body = {{"model", "bpe"}, {"messages", json::array({user("hi")})}, {"max_tokens", 2}};
+    for (const auto& [k, v] : c.change.items()) body[k] = v;
+    auto r = s.post("/v1/chat/completions", body);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400) << c.param << ": " << r->body;
+    const json e = json::parse(r->body, nullptr, false);
+    EXPECT_EQ(e["error"]["param"], c.param) << r->body;
+  }
+  // Unknown fields are ignored, as OpenAI does.
+  s.post_json("/v1/chat/completions",
+              {{"model", "bpe"}, {"messages", json::array({user("hi")})}, {"max_tokens", 2}, {"no_such_field", 1}});
+  s.expect_clean();
+}
+
+TEST(ServeChat, AJsonSchemaReplyIsThatJsonStreamedOrNot) {
+  Served s({"--ctx", "1024"});
+  const json body = {{"model", "bpe"},
+                     {"messages", json::array({user("A number as JSON.")})},
+                     {"max_tokens", 900},
+                     {"temperature", 0},
+                     {"response_format",
+                      {{"type", "json_schema"},
+                       {"json_schema",
+                        {{"name", "n"},
+                         {"strict", true},
+                         {"schema",
+                          {{"type", "object"},
+                           {"properties", {{"n", {{"type", "integer"}}}}},
+                           {"required", json::array({"n"})},
+                           {"additionalProperties", false}}}}}}}};
+  const json reply = s.post_json("/v1/chat/completions", body);
+  ASSERT_EQ(reply["choices"][0]["finish_reason"], "stop") << reply.dump();
+  const std::string content = reply["choices"][0]["message"]["content"];
+  const json got = json::parse(content, nullptr, false);
+  ASSERT_TRUE(got.is_object()) << content;
+  EXPECT_TRUE(got["n"].is_number_integer()) << content;
+  EXPECT_EQ(streamed_content(s, body), std::make_pair(content, std::string("stop")));
+  // json_object on /v1/completions too.
+  const json plain = s.post_json("/v1/completions", {{"model", "bpe"},
+                                                      {"prompt", "JSON:"},
+                                                      {"max_tokens", 900},
+                                                      {"temperature", 0},
+                                                      {"response_format", {{"type", "json_object"}}}});
+  ASSERT_EQ(plain["choices"][0]["finish_reason"], "stop") << plain.dump();
+  EXPECT_TRUE(json::parse(plain["choices"][0]["text"].get<std::string>(), nullptr, false).is_object()) << plain.dump();
+  s.expect_clean();
+}
+
+TEST(ServeChat, AModelWithoutATemplateChatsInChatmlAndTheLogSaysSoOnce) {
+  Served s;
+  const json body = {{"model", "spm"}, {"messages", json::array({user("hi")})}, {"max_tokens", 3}, {"temperature", 0}};
+  const json a = s.post_json("/v1/chat/completions", body);
+  const json b = s.post_json("/v1/chat/completions", body);
+  EXPECT_EQ(a["choices"][0]["message"]["content"], b["choices"][0]["message"]["content"]);
+  EXPECT_EQ(streamed_content(s, body).first, a["choices"][0]["message"]["content"]);
+  EXPECT_TRUE(s.logged("model 'spm' has no chat template: chats with it use chatml"));
+  s.expect_clean();
+  const std::string err = s.stop().err;
+  const std::string line = "has no chat template";
+  EXPECT_EQ(err.find(line), err.rfind(line)) << err;
+}
+
+TEST(ServeChat, LogprobsComeInOpenAIsShapesStreamedOrNot) {
+  Served s;
+  const json body = {{"model", "bpe"},
+                     {"messages", json::array({user("hello")})},
+                     {"max_tokens", 8},
+                     {"temperature", 0},
+                     {"logprobs", true},
+                     {"top_logprobs", 2}};
+  const json reply = s.post_json("/v1/chat/completions", body);
+  const json& content = reply["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(content.size(), reply["usage"]["completion_tokens"].get<size_t>()) << reply.dump();
+  std::string bytes;
+  for (const json& e : content) {
+    EXPECT_LE(e["logprob"].get<double>(), 0.0);
+    ASSERT_EQ(e["top_logprobs"].size(), 2u);
+    EXPECT_EQ(e["top_logprobs"][0]["token"], e["token"]);  // greedy: the likeliest
+    for (const json& b : e["bytes"]) bytes += static_cast<char>(b.get<int>());
+  }
+  EXPECT_EQ(bytes, reply["choices"][0]["message"]["content"].get<std::string>());
+
+  // Streamed: the same entries, spread over the chunks.
+  json sbody = body;
+  sbody["stream"] = true;
+  auto r = s.post("/v1/chat/completions", sbody);
+  ASSERT_TRUE(r);
+  json all = json::array();
+  for (size_t at = r->body.find("data: {"); at != std::string::npos; at = r->body.find("data: {", at + 6)) {
+    const json chunk = json::parse(r->body.substr(at + 6, r->body.find("\n\n", at) - at - 6));
+    const json& lp = chunk["choices"][0]["logprobs"];
+    if (lp.is_object()) {
+      for (const json& e : lp["content"]) all.push_back(e);
+    }
+  }
+  EXPECT_EQ(all, content);
+
+  // The legacy completions shape.
+  const json plain =
+      s.post_json("/v1/completions", {{"model", "bpe"}, {"prompt", "Once"}, {"max_tokens", 6}, {"temperature", 0}, {"logprobs", 1}});
+  const json& lp = plain["choices"][0]["logprobs"];
+  ASSERT_EQ(lp["tokens"].size(), 6u) << plain.dump();
+  EXPECT_EQ(lp["text_offset"][0], 0);
+  for (size_t i = 1; i < 6; ++i) EXPECT_GE(lp["text_offset"][i].get<int>(), lp["text_offset"][i - 1].get<int>());
+  EXPECT_EQ(lp["top_logprobs"][0].size(), 1u);
+  expect_error(s.post("/v1/chat/completions", {{"model", "bpe"}, {"messages", json::array({user("x")})}, {"top_logprobs", 2}}), 400,
+               "needs 'logprobs': true");
+  expect_error(s.post("/v1/chat/completions",
+                      {{"model", "bpe"}, {"messages", json::array({user("x")})}, {"logprobs", true}, {"top_logprobs", 21}}),
+               400, "top_logprobs");
+  s.expect_clean();
+}

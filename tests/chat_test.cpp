@@ -7,6 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/ledger.h"
+#include "engine/embed.h"
 #include "engine/model.h"
 #include "engine/session.h"
 #include "engine/test_model.h"
@@ -252,4 +254,27 @@ TEST(Chat, LogprobsAreTheModelsOwnForEachTokenWithItsLikeliest) {
   // Not asked for, none.
   r.logprobs = -1;
   EXPECT_TRUE(generate(session, r).logprobs.empty());
+}
+
+TEST(Embed, EachInputIsOneUnitVectorAndTheContextGoesWithTheRequest) {
+  Model bpe(small_load("bpe"));
+  EXPECT_EQ(embedding_pooling(bpe), LLAMA_POOLING_TYPE_MEAN);  // a chat model has none of its own
+  const std::vector<llama_token> a = tokenize(bpe.vocab(), "the river runs", true);
+  const std::vector<llama_token> b = tokenize(bpe.vocab(), "a cat sat on the mat, twice over", true);
+  const EmbedResult r = embed(bpe, {a, b, a});
+  ASSERT_EQ(r.vectors.size(), 3u);
+  EXPECT_EQ(r.prompt_tokens, static_cast<int32_t>(2 * a.size() + b.size()));
+  for (const std::vector<float>& v : r.vectors) {
+    ASSERT_EQ(v.size(), static_cast<size_t>(llama_model_n_embd(bpe.get())));
+    double norm = 0;
+    for (float x : v) norm += static_cast<double>(x) * x;
+    EXPECT_NEAR(norm, 1.0, 1e-4);
+  }
+  EXPECT_EQ(r.vectors[0], r.vectors[2]);  // the same input, the same vector, whatever came between
+  EXPECT_NE(r.vectors[0], r.vectors[1]);
+  // Its context was the request's: nothing of it stays under the model.
+  for (const LedgerEntry& e : Ledger::process().entries()) {
+    EXPECT_EQ(e.owner.find("request:"), std::string::npos) << e.owner << " " << e.label;
+  }
+  EXPECT_THROW(embed(bpe, {a, {}}), BadPrompt);
 }

@@ -36,6 +36,8 @@ llama_context_params session_context_params(const SessionOptions& o, int32_t n_c
   // The model's pool has max_threads workers; a session may use fewer.
   cp.n_threads = o.n_threads > 0 ? std::min(o.n_threads, max_threads) : max_threads;
   cp.n_threads_batch = o.n_threads_batch > 0 ? std::min(o.n_threads_batch, max_threads) : cp.n_threads;
+  cp.embeddings = o.embeddings;
+  cp.pooling_type = o.pooling;
   return cp;
 }
 

@@ -24,6 +24,10 @@ struct SessionOptions {
   int32_t n_batch = 512;   // tokens per prompt decode step
   int32_t n_threads = 0;   // 0: all of the model's threads (at most those)
   int32_t n_threads_batch = 0;  // 0: same as n_threads
+  // An embedding context: it pools each sequence's outputs into one vector
+  // (UNSPECIFIED: the model's own pooling).
+  bool embeddings = false;
+  enum llama_pooling_type pooling = LLAMA_POOLING_TYPE_UNSPECIFIED;
 };
 
 class Session {

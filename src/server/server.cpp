@@ -228,6 +228,17 @@ void Server::routes() {
     }
     res.set_content(metrics_text(registry_, baseline, stats_, http_stats()), "text/plain; version=0.0.4");
   });
+  s.Post("/v1/embeddings", [this](const httplib::Request& req, httplib::Response& res) {
+    Connections::answering();  // the request is whole: the read timeout no longer runs
+    ++stats_.in_flight;
+    try {
+      embeddings(req, res);
+    } catch (const std::exception& ex) {
+      ++stats_.error;
+      send_error(res, to_api_error(ex));
+    }
+    --stats_.in_flight;
+  });
   s.Post("/v1/completions", completion(false));
   s.Post("/v1/chat/completions", completion(true));
 }

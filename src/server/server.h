@@ -77,6 +77,8 @@ class Server {
   // Returns true when the response is a stream, which ends later
   // (server/completion.cpp).
   bool complete(const httplib::Request& req, httplib::Response& res, bool chat);
+  // POST /v1/embeddings (server/embeddings.cpp).
+  void embeddings(const httplib::Request& req, httplib::Response& res);
   void count_tokens(const GenerateResult& r);
   // The model's own settings; an unknown name looks for new models first.
   ModelSettings settings_of(const std::string& model);

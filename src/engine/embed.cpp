@@ -1,0 +1,83 @@
+#include "engine/embed.h"
+
+#include <cmath>
+#include <mutex>
+
+#include "engine/generate.h"
+#include "engine/session.h"
+
+namespace reclaim {
+
+enum llama_pooling_type embedding_pooling(const Model& model) {
+  char arch[64] = {0};
+  if (llama_model_meta_val_str(model.get(), "general.architecture", arch, sizeof arch) < 0) return LLAMA_POOLING_TYPE_MEAN;
+  char pooling[16] = {0};
+  const std::string key = std::string(arch) + ".pooling_type";
+  if (llama_model_meta_val_str(model.get(), key.c_str(), pooling, sizeof pooling) < 0) return LLAMA_POOLING_TYPE_MEAN;
+  const int p = std::atoi(pooling);
+  return p > 0 ? static_cast<enum llama_pooling_type>(p) : LLAMA_POOLING_TYPE_MEAN;
+}
+
+EmbedResult embed(Model& model, const std::vector<std::vector<llama_token>>& inputs, const CancelToken* cancel) {
+  EmbedResult out;
+  size_t longest = 0;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i].empty()) throw BadPrompt("input " + std::to_string(i) + " is empty (no tokens)");
+    check_token_ids(model.vocab(), inputs[i]);
+    longest = std::max(longest, inputs[i].size());
+  }
+  if (inputs.empty()) throw BadPrompt("no input");
+  const auto n_train = static_cast<size_t>(model.info().n_ctx_train);
+  if (n_train > 0 && longest > n_train) {
+    throw ContextOverflow("an input is " + std::to_string(longest) + " tokens, longer than the model's context of " +
+                          std::to_string(n_train));
+  }
+  // The whole of an input in one batch: pooling reads every output of it.
+  SessionOptions o;
+  o.n_ctx = static_cast<int32_t>(longest);
+  o.n_batch = static_cast<int32_t>(longest);
+  o.embeddings = true;
+  o.pooling = embedding_pooling(model);
+  if (o.pooling == LLAMA_POOLING_TYPE_RANK) throw BadPrompt("the model is a reranker: its pooling gives scores, not embeddings");
+  Session s(model, o, cancel);
+  llama_context* ctx = s.context();
+  const int32_t n_embd = llama_model_n_embd(model.get());
+  for (const std::vector<llama_token>& in : inputs) {
+    if (s.cancelled()) {
+      out.cancelled = true;
+      return out;
+    }
+    llama_batch& b = s.batch();
+    b.n_tokens = static_cast<int32_t>(in.size());
+    for (size_t i = 0; i < in.size(); ++i) {
+      b.token[i] = in[i];
+      b.pos[i] = static_cast<llama_pos>(i);
+      b.n_seq_id[i] = 1;
+      b.seq_id[i][0] = 0;
+      b.logits[i] = true;
+    }
+    llama_memory_clear(llama_get_memory(ctx), true);
+    int32_t rc;
+    {
+      std::lock_guard lock(model.decode_mutex());  // one graph at a time on the model's pool
+      rc = llama_decode(ctx, b);
+    }
+    if (rc == 2 || s.cancelled()) {
+      out.cancelled = true;
+      return out;
+    }
+    if (rc != 0) throw Error("llama_decode failed (" + std::to_string(rc) + ") on an embedding input");
+    const float* e = llama_get_embeddings_seq(ctx, 0);
+    if (!e) throw Error("llama.cpp returned no pooled embedding");
+    double norm = 0;
+    for (int32_t k = 0; k < n_embd; ++k) norm += static_cast<double>(e[k]) * e[k];
+    const float scale = norm > 0 ? static_cast<float>(1.0 / std::sqrt(norm)) : 0.0f;
+    std::vector<float> v(static_cast<size_t>(n_embd));
+    for (int32_t k = 0; k < n_embd; ++k) v[static_cast<size_t>(k)] = e[k] * scale;
+    out.vectors.push_back(std::move(v));
+    out.prompt_tokens += static_cast<int32_t>(in.size());
+  }
+  return out;
+}
+
+}  // namespace reclaim

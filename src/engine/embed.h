@@ -1,0 +1,33 @@
+// Embeddings: each input decoded in a context of the request's own, made
+// with embeddings on and pooled into one vector (the model's pooling; mean
+// for a model that has none, as a chat model's is), normalized to length 1
+// as OpenAI's are. The context is a Session's, so it lives in the request's
+// scope under the model's and is freed when the request ends, as a
+// completion's is.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <llama.h>
+
+#include "core/cancel.h"
+#include "engine/model.h"
+
+namespace reclaim {
+
+struct EmbedResult {
+  std::vector<std::vector<float>> vectors;  // one an input, in order
+  int32_t prompt_tokens = 0;
+  bool cancelled = false;
+};
+
+// The pooling a model's embeddings get: its own, or mean where it has none.
+enum llama_pooling_type embedding_pooling(const Model& model);
+
+// Throws BadPrompt for an empty input or one outside the vocabulary, and
+// ContextOverflow for one longer than the model's training context.
+EmbedResult embed(Model& model, const std::vector<std::vector<llama_token>>& inputs, const CancelToken* cancel = nullptr);
+
+}  // namespace reclaim

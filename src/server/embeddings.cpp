@@ -1,0 +1,130 @@
+// POST /v1/embeddings: OpenAI's request (input a string, strings, token ids
+// or lists of them; encoding_format float or base64) on the same registry,
+// line and keep-alive as a completion. The embedding context is the
+// request's own (engine/embed.h), released when the request ends.
+#include <httplib.h>
+#include <openssl/evp.h>
+
+#include "engine/embed.h"
+#include "engine/generate.h"
+#include "server/connections.h"
+#include "server/json_fields.h"
+#include "server/openai.h"
+#include "server/server.h"
+
+namespace reclaim::server {
+
+using nlohmann::json;
+
+namespace {
+
+struct EmbeddingsRequest {
+  std::string model;
+  json input;  // checked: a string, or a non-empty array of strings, token ids, or arrays of them
+  bool base64 = false;
+  std::optional<int64_t> keep_alive_ms;
+};
+
+EmbeddingsRequest parse_embeddings_request(const std::string& body) {
+  const json j = parse_object(body);
+  EmbeddingsRequest r;
+  if (!j.contains("model")) bad_field("model", "'model' is required", "model_required");
+  r.model = get_field<std::string>(j, "model", "a string");
+  if (!has_field(j, "input")) bad_field("input", "'input' is required");
+  const json& in = j["input"];
+  auto ids = [](const json& a) {
+    return a.is_array() && !a.empty() && std::all_of(a.begin(), a.end(), [](const json& t) { return t.is_number_integer(); });
+  };
+  const bool ok = in.is_string() || ids(in) ||
+                  (in.is_array() && !in.empty() &&
+                   (std::all_of(in.begin(), in.end(), [](const json& s) { return s.is_string(); }) ||
+                    std::all_of(in.begin(), in.end(), ids)));
+  if (!ok) bad_field("input", "'input' must be a string, an array of strings, an array of token ids, or an array of those");
+  r.input = in;
+  if (has_field(j, "encoding_format")) {
+    const std::string f = get_field<std::string>(j, "encoding_format", "\"float\" or \"base64\"");
+    if (f != "float" && f != "base64") bad_field("encoding_format", "'encoding_format' must be \"float\" or \"base64\"");
+    r.base64 = f == "base64";
+  }
+  if (has_field(j, "dimensions")) {
+    bad_field("dimensions", "'dimensions' cannot be set: a model's embeddings have its own width", "unsupported_dimensions");
+  }
+  if (has_field(j, "keep_alive")) r.keep_alive_ms = parse_duration_ms(j["keep_alive"], "keep_alive");
+  return r;
+}
+
+// The inputs as token lists: strings tokenized as a completion's prompt is.
+std::vector<std::vector<llama_token>> input_tokens(const json& in, const llama_vocab* vocab) {
+  std::vector<std::vector<llama_token>> out;
+  auto one = [&](const json& x) {
+    if (x.is_string()) {
+      out.push_back(tokenize(vocab, x.get<std::string>(), true));
+    } else {
+      std::vector<llama_token> ids;
+      for (const json& t : x) {
+        if (t.is_number_unsigned() ? t.get<uint64_t>() > INT32_MAX : t.get<int64_t>() < INT32_MIN) {
+          bad_field("input", "'input' has token id " + t.dump() + ", outside any vocabulary", "invalid_prompt");
+        }
+        ids.push_back(static_cast<llama_token>(t.get<int64_t>()));
+      }
+      out.push_back(std::move(ids));
+    }
+  };
+  if (in.is_string() || (in.is_array() && in[0].is_number_integer())) {
+    one(in);
+  } else {
+    for (const json& x : in) one(x);
+  }
+  return out;
+}
+
+bool input_has_text(const json& in) {
+  return in.is_string() || (in.is_array() && in[0].is_string());
+}
+
+// OpenAI's base64 form: the float32 values' little-endian bytes.
+std::string base64_floats(const std::vector<float>& v) {
+  const auto* bytes = reinterpret_cast<const unsigned char*>(v.data());
+  const size_t n = v.size() * sizeof(float);
+  std::string out(4 * ((n + 2) / 3), '\0');
+  const int written = EVP_EncodeBlock(reinterpret_cast<unsigned char*>(out.data()), bytes, static_cast<int>(n));
+  out.resize(static_cast<size_t>(written));
+  return out;
+}
+
+}  // namespace
+
+void Server::embeddings(const httplib::Request& http_req, httplib::Response& res) {
+  const EmbeddingsRequest req = parse_embeddings_request(http_req.body);
+  settings_of(req.model);  // an unknown model is a 404 here, as at the lease
+  Wait w;
+  w.still_wanted = [] { return !Connections::client_gone(); };
+  Lease lease = registry_.acquire(req.model, req.keep_alive_ms ? Millis(*req.keep_alive_ms) : Millis(-2), w);
+  Model& model = lease.model();
+  if (!has_tokenizer(model.vocab()) && input_has_text(req.input)) {
+    throw NoTokenizer("model '" + req.model + "' has no tokenizer: give 'input' as token ids");
+  }
+  const std::vector<std::vector<llama_token>> inputs = input_tokens(req.input, model.vocab());
+  CancelToken cancel;
+  cancel.link(&lease.cancel_token());
+  const EmbedResult r = embed(model, inputs, &cancel);
+  if (r.cancelled) {
+    throw ApiException(ApiError{503, "server_error", "cancelled", "the request was cancelled: its model is being unloaded", 5});
+  }
+  json data = json::array();
+  for (size_t i = 0; i < r.vectors.size(); ++i) {
+    data.push_back({{"object", "embedding"},
+                    {"index", i},
+                    {"embedding", req.base64 ? json(base64_floats(r.vectors[i])) : json(r.vectors[i])}});
+  }
+  stats_.prompt_tokens += static_cast<uint64_t>(r.prompt_tokens);
+  ++stats_.ok;
+  res.set_content(json{{"object", "list"},
+                       {"data", data},
+                       {"model", req.model},
+                       {"usage", {{"prompt_tokens", r.prompt_tokens}, {"total_tokens", r.prompt_tokens}}}}
+                      .dump(),
+                  "application/json");
+}
+
+}  // namespace reclaim::server

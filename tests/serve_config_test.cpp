@@ -107,9 +107,12 @@ TEST(ServeConfig, SighupReloadsAndAFolderIsLookedAtAgain) {
   Served s({"--config", path, "--models-dir", dir});
   (void)s.post_json("/v1/completions", {{"model", "first"}, {"prompt", "Once"}, {"max_tokens", 2}});
 
-  write_config("reload.toml", one + "aliases = [\"uno\"]\n[models.two]\npath = \"" + bpe() + "\"\n");
+  write_config("reload.toml", one + "aliases = [\"uno\"]\n[models.two]\npath = \"" + bpe() + "\"\npreload = true\n");
   s.signal(SIGHUP);
   ASSERT_TRUE(s.logged("SIGHUP: reloaded: 1 models added, 1 changed, 0 removed"));
+  // A new model with preload is loaded as at start-up, before any request.
+  ASSERT_TRUE(s.logged("SIGHUP: preloaded 'two'"));
+  EXPECT_EQ(s.model("two")["state"], "loaded");
   // An alias needs no reload: the loaded model takes it at once.
   EXPECT_EQ(s.model("one")["state"], "loaded");
   (void)s.post_json("/v1/completions", {{"model", "uno"}, {"prompt", "Once"}, {"max_tokens", 2}});

@@ -205,7 +205,9 @@ class ModelSources {
 };
 
 // SIGHUP: the config file and the folder again. A mistake keeps the
-// settings before, and says so in one line.
+// settings before, and says so in one line. A model with `preload` that is
+// not loaded (new, or preload newly set) is loaded, as at start-up; one that
+// waits to reload with new settings is loaded by its next request.
 void reload(ModelSources& sources, Registry& registry) {
   try {
     const Registry::Reconfigured r = sources.reload(registry);
@@ -213,6 +215,17 @@ void reload(ModelSources& sources, Registry& registry) {
                  r.removed);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "reclaim: SIGHUP: kept the settings before: %s\n", e.what());
+    return;
+  }
+  for (const ModelSpec& m : sources.all()) {
+    if (!m.settings.preload) continue;
+    try {
+      if (registry.status(m.name).state != ModelState::unloaded) continue;
+      registry.load(m.name);
+      std::fprintf(stderr, "reclaim: SIGHUP: preloaded '%s'\n", m.name.c_str());
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "reclaim: SIGHUP: preload '%s': %s\n", m.name.c_str(), e.what());
+    }
   }
 }
 

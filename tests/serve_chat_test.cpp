@@ -204,3 +204,34 @@ TEST(ServeChat, LogprobsComeInOpenAIsShapesStreamedOrNot) {
                400, "top_logprobs");
   s.expect_clean();
 }
+
+TEST(ServeChat, TheOfficialOpenAINodeSdkGetsEmbeddingsJsonLogprobsAndReplaysATool) {
+  const std::string sdk = RECLAIM_OPENAI_SDK;
+  ASSERT_FALSE(sdk.empty()) << "built without RECLAIM_OPENAI_SDK: run scripts/setup, which fetches the SDK";
+  Served s({"--ctx", "1024"});
+  const std::string cmd = "node " + std::string(RECLAIM_SDK_API_SCRIPT) + " " + sdk + " http://127.0.0.1:" +
+                          std::to_string(s.port()) + "/v1 bpe 2>&1";
+  std::FILE* p = ::popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  const int status = ::pclose(p);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << out;
+  const json got = json::parse(out.substr(out.find('{')));
+  // Embeddings: the SDK asks for base64 and decodes it itself.
+  ASSERT_EQ(got["embeddings"].size(), 2u) << out;
+  for (const json& e : got["embeddings"]) {
+    EXPECT_EQ(e["length"], 64);
+    EXPECT_NEAR(e["norm"].get<double>(), 1.0, 1e-4);
+  }
+  EXPECT_EQ(got["structured"]["finish"], "stop") << out;
+  const json n = json::parse(got["structured"]["content"].get<std::string>(), nullptr, false);
+  EXPECT_TRUE(n.is_object() && n["n"].is_number_integer()) << out;
+  EXPECT_EQ(got["logprobs"]["entries"], got["logprobs"]["tokens"]) << out;
+  EXPECT_EQ(got["logprobs"]["top"], true) << out;
+  EXPECT_EQ(got["replay"]["content"], "string") << out;
+  EXPECT_EQ(got["image"]["status"], 400) << out;
+  EXPECT_EQ(got["image"]["param"], "messages[0].content[0]") << out;
+  s.expect_clean();
+}

@@ -133,7 +133,6 @@ TEST(Run, BadInputIsOneClearLineAndExit2) {
       {"-m " + spm() + " -p x --ctx 64 -f /nonexistent.txt", "exactly one of"},
       {"-m " + spm(), "exactly one of"},
       {"-m " + spm() + " -f /nonexistent.txt", "prompt file '/nonexistent.txt'"},
-      {"-m " + spm() + " --chat hi", "has no chat template"},
       {"-m " + spm() + " --chat hi --chat-template no-such", "neither Jinja text nor one of llama.cpp's built-in ones"},
       {"-m " + spm() + " -p x --top-p 0", "top-p"},
       {"-m " + spm() + " -p x --load-mode fast", "unknown load mode 'fast'"},

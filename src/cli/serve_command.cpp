@@ -19,6 +19,7 @@
 #include "core/heap.h"
 #include "core/ledger.h"
 #include "core/size.h"
+#include "engine/chat.h"
 #include "engine/devices.h"
 #include "engine/runtime.h"
 #include "engine/test_model.h"
@@ -250,6 +251,9 @@ void serve_until_stopped(RegistryOptions opts, ModelSources& sources, server::Se
   });
   // The HTTP side starts its worker threads when it starts listening.
   while (!http.running()) std::this_thread::yield();
+  // The chat library's log (a queue of 512 lines of 256 bytes, kept till
+  // the exit) is made now, before the baseline, rather than by the first chat.
+  quiet_common_log();
   // The server's own threads took stacks from the cache that start-up
   // filled; fill it again so that a model's workers find stacks there.
   warm_thread_stack_cache();

@@ -209,15 +209,9 @@ TEST(ServeChat, TheOfficialOpenAINodeSdkGetsEmbeddingsJsonLogprobsAndReplaysAToo
   const std::string sdk = RECLAIM_OPENAI_SDK;
   ASSERT_FALSE(sdk.empty()) << "built without RECLAIM_OPENAI_SDK: run scripts/setup, which fetches the SDK";
   Served s({"--ctx", "1024"});
-  const std::string cmd = "node " + std::string(RECLAIM_SDK_API_SCRIPT) + " " + sdk + " http://127.0.0.1:" +
-                          std::to_string(s.port()) + "/v1 bpe 2>&1";
-  std::FILE* p = ::popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  std::string out;
-  char buf[4096];
-  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-  const int status = ::pclose(p);
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << out;
+  int status = 0;
+  const std::string out = run_sdk_script(RECLAIM_SDK_API_SCRIPT, sdk, s.port(), "bpe", status);
+  ASSERT_EQ(status, 0) << out;
   const json got = json::parse(out.substr(out.find('{')));
   // Embeddings: the SDK asks for base64 and decodes it itself.
   ASSERT_EQ(got["embeddings"].size(), 2u) << out;

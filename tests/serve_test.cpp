@@ -350,14 +350,9 @@ TEST(Serve, TheOfficialOpenAINodeSdkStreamsAChat) {
   auto plain = s.post("/v1/chat/completions", chat(8));
   ASSERT_TRUE(plain);
   const std::string want = json::parse(plain->body)["choices"][0]["message"]["content"];
-  const std::string cmd = "node " + std::string(RECLAIM_SDK_SCRIPT) + " " + sdk + " http://127.0.0.1:" +
-                          std::to_string(s.port()) + "/v1 bpe 2>&1";
-  std::FILE* p = ::popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  std::string out;
-  char buf[4096];
-  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-  ASSERT_EQ(exit_code(::pclose(p)), 0) << out;
+  int status = 0;
+  const std::string out = run_sdk_script(RECLAIM_SDK_SCRIPT, sdk, s.port(), "bpe", status);
+  ASSERT_EQ(status, 0) << out;
   json got = json::parse(out.substr(out.find('{')));
   EXPECT_EQ(got["text"], want);
   EXPECT_GT(got["chunks"].get<int>(), 1);

@@ -160,6 +160,23 @@ class Served {
   Outside outside_;
 };
 
+// Runs one of the tests' Node scripts with the OpenAI SDK in `sdk` against
+// the server on `port`: what it printed, and its exit status in `status`.
+inline std::string run_sdk_script(const std::string& script, const std::string& sdk, int port, const std::string& model,
+                                  int& status) {
+  const std::string cmd = "node " + script + " " + sdk + " http://127.0.0.1:" + std::to_string(port) + "/v1 " + model + " 2>&1";
+  std::FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) {
+    status = -1;
+    return "popen failed";
+  }
+  std::string out;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  status = exit_code(::pclose(p));
+  return out;
+}
+
 inline json chat(int max_tokens, bool stream = false) {
   return {{"model", "bpe"},
           {"messages", json::array({{{"role", "user"}, {"content", "hello"}}})},

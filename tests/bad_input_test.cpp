@@ -74,6 +74,27 @@ std::vector<Bad> corpus() {
   out.push_back({"role not UTF-8", chat_path, "{\"model\":\"bpe\",\"messages\":[{\"role\":\"\xff\",\"content\":\"x\"}]}"});
   out.push_back({"model not UTF-8", chat_path, "{\"model\":\"b\xc3\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}"});
   out.push_back({"lone surrogate", chat_path, R"({"model":"bpe","messages":[{"role":"user","content":"\ud800"}]})"});
+  // Nested deeper than any request needs, where the server would write the
+  // value out again: a text part's extra field, a tool's parameters, a
+  // schema, a field it does not know.
+  // (Written by hand: nlohmann writes a value out by recursion, which these
+  // would take past this test's own stack.)
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  auto deep_in = [&](const std::string& path, json base, const std::vector<std::string>& at) {
+    json* p = &base;
+    for (const std::string& k : at) p = &(*p)[k];
+    *p = "@deep@";
+    std::string body = base.dump();
+    body.replace(body.find("\"@deep@\""), 8, deep);
+    out.push_back({path + " nested 100000 deep at " + at.back(), path, body});
+  };
+  out.push_back({"part nested 100000 deep", chat_path,
+                 "{\"model\":\"bpe\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"x\","
+                 "\"extra\":" + deep + "}]}]}"});
+  deep_in(chat_path, good_chat(), {"tools"});
+  deep_in(chat_path, good_chat(), {"response_format", "json_schema", "schema"});
+  deep_in(chat_path, good_chat(), {"no_such_field"});
+  deep_in("/v1/embeddings", json{{"model", "bpe"}}, {"input"});
   // The control endpoints.
   field("/v1/models/load", json{{"model", "bpe"}}, "model", {1, nullptr, "nope", "../x", ""});
   field("/v1/models/load", json{{"model", "bpe"}}, "pin", {"yes", 1});

@@ -239,9 +239,19 @@ json parse_object(const std::string& body) {
   if (const size_t at = invalid_utf8_at(body); at != std::string::npos) {
     bad_request("the request body is not valid UTF-8 (byte " + std::to_string(at) + ")");
   }
+  // Nesting has a bound: writing a value out (dump) and the chat library's
+  // readers recurse once a level, and a 9 MiB body of brackets nested 100,000
+  // deep ended the process by its stack. OpenAI's own bodies, tool schemas
+  // included, stay far below it.
+  const json::parser_callback_t bounded = [](int depth, json::parse_event_t, json&) {
+    if (depth > kMaxJsonDepth) {
+      bad_request("the request body nests deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+    }
+    return true;
+  };
   json j;
   try {
-    j = json::parse(body);
+    j = json::parse(body, bounded);
   } catch (const json::parse_error& e) {
     bad_request(std::string("the request body is not valid JSON: ") + e.what());
   }

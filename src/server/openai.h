@@ -37,7 +37,9 @@ class ApiException : public std::exception {
 // A 400 for the field `param` (OpenAI's error.param), e.g. "messages[2].content".
 [[noreturn]] void bad_field(const std::string& param, const std::string& message, const std::string& code = "");
 nlohmann::json error_json(const ApiError& e);
-// The body as a JSON object; a 400 saying why when it is not one.
+inline constexpr int kMaxJsonDepth = 128;
+// The body as a JSON object; a 400 saying why when it is not one, or when it
+// nests deeper than kMaxJsonDepth.
 nlohmann::json parse_object(const std::string& body);
 
 struct CompletionRequest {

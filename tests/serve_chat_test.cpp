@@ -100,6 +100,13 @@ TEST(ServeChat, EachMistakeIsA400NamingItsField) {
     const json e = json::parse(r->body, nullptr, false);
     EXPECT_EQ(e["error"]["param"], c.param) << r->body;
   }
+  // A schema is refused before its model is held: nothing loads for it.
+  expect_error(s.post("/v1/completions", {{"model", "spm"},
+                                          {"prompt", "x"},
+                                          {"response_format", {{"type", "json_schema"},
+                                                               {"json_schema", {{"schema", {{"type", "no-such-type"}}}}}}}}),
+               400, "makes no grammar");
+  EXPECT_EQ(s.model("spm")["state"], "unloaded");
   // Unknown fields are ignored, as OpenAI does.
   s.post_json("/v1/chat/completions",
               {{"model", "bpe"}, {"messages", json::array({user("hi")})}, {"max_tokens", 2}, {"no_such_field", 1}});

@@ -193,7 +193,6 @@ std::vector<ChatDelta> ChatReader::push(std::string_view text) {
   Impl& r = *impl_;
   r.text += text;
   if (!r.parses) {
-    r.msg.content += text;
     ChatDelta d;
     d.content = std::string(text);
     return {d};
@@ -218,6 +217,7 @@ ChatReply ChatReader::finish(std::vector<ChatDelta>* rest) {
     std::vector<ChatDelta> owed = r.advance(*next);
     if (rest) *rest = std::move(owed);
   }
+  if (!r.parses) r.msg.content = r.text;
   ChatReply out;
   out.content = r.msg.content;
   out.reasoning = r.msg.reasoning_content;

@@ -74,8 +74,7 @@ json checked_messages(const json& j) {
       // OpenAI: an assistant's content may be null when it called tools (or
       // said nothing).
       if (role != "assistant") bad_field(at + ".content", "'" + at + ".content' is required for a " + role + " message");
-      m["content"] = nullptr;
-      if (!calls) m["content"] = "";
+      m["content"] = calls ? json(nullptr) : json("");
     } else if (m["content"].is_array()) {
       check_parts(m["content"], at + ".content");
     } else if (!m["content"].is_string()) {
@@ -185,6 +184,18 @@ void parse_output_format(const json& j, CompletionRequest& r) {
   if (has_field(j, "json_schema")) {
     if (!j["json_schema"].is_object()) bad_field("json_schema", "'json_schema' must be a JSON schema object");
     r.json_schema = j["json_schema"].dump();
+  }
+  if (!r.json_schema.empty()) {
+    // Checked before any model is held, as the grammar it makes: a chat
+    // template's own grammar takes the schema in again (engine/chat.h), a
+    // completion's is this one.
+    std::string gbnf;
+    try {
+      gbnf = json_schema_grammar(r.json_schema);
+    } catch (const ChatError& e) {
+      bad_field(has_field(j, "response_format") ? "response_format" : "json_schema", e.what());
+    }
+    if (!r.chat) r.generate.grammar.gbnf = std::move(gbnf);
   }
   if (has_field(j, "grammar")) r.grammar = get_field<std::string>(j, "grammar", "a GBNF grammar as a string");
   if (!r.grammar.empty() && !r.json_schema.empty()) bad_field("grammar", "'grammar' and a JSON schema cannot both constrain one reply");

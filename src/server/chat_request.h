@@ -12,7 +12,9 @@ namespace reclaim::server {
 
 // messages, tools, tool_choice, parallel_tool_calls into r.chat_input.
 void parse_chat_fields(const nlohmann::json& j, CompletionRequest& r);
-// response_format, json_schema and grammar into r.json_schema / r.grammar.
+// response_format, json_schema and grammar into r.json_schema / r.grammar;
+// a schema is checked by making its grammar, which a completion (not a chat,
+// whose template makes its own) takes as r.generate.grammar.
 void parse_output_format(const nlohmann::json& j, CompletionRequest& r);
 
 }  // namespace reclaim::server

@@ -81,15 +81,6 @@ void render_chat(Running& run, Model& model) {
     throw ApiException(ApiError{500, "server_error", "chat_template", e.what(), 0});
   }
   if (tmpl->uses_fallback()) say_fallback_once(run.req.model);
-  // The template's own grammar takes the schema in; what is wrong with it is
-  // named here, against the field it came in.
-  if (!run.req.json_schema.empty()) {
-    try {
-      json_schema_grammar(run.req.json_schema);
-    } catch (const ChatError& e) {
-      bad_field(e.param(), e.what());
-    }
-  }
   run.req.chat_input.json_schema = run.req.json_schema;
   ChatRender r;
   try {
@@ -104,21 +95,15 @@ void render_chat(Running& run, Model& model) {
   run.reader = std::move(r.reader);
 }
 
-// A JSON schema or GBNF that is not the template's own: checked here, so
-// that a bad one is the client's 400 before any decode.
+// The client's own GBNF: llama.cpp parses it against the model's vocabulary,
+// so it is checked once the model is held, before any decode, so that a bad
+// one is a 400 and not an error in the middle of a stream.
 void constrain(Running& run, Model& model) {
+  if (run.req.grammar.empty()) return;
   GrammarSpec& g = run.req.generate.grammar;
-  if (!run.req.grammar.empty()) {
-    g = GrammarSpec{};
-    g.gbnf = run.req.grammar;
-    if (!grammar_parses(model.vocab(), g.gbnf)) bad_field("grammar", "'grammar' is not a GBNF grammar llama.cpp can parse");
-  } else if (!run.chat && !run.req.json_schema.empty()) {
-    try {
-      g.gbnf = json_schema_grammar(run.req.json_schema);
-    } catch (const ChatError& e) {
-      bad_field(e.param(), e.what());
-    }
-  }
+  g = GrammarSpec{};
+  g.gbnf = run.req.grammar;
+  if (!grammar_parses(model.vocab(), g.gbnf)) bad_field("grammar", "'grammar' is not a GBNF grammar llama.cpp can parse");
 }
 
 // Once the model is held: the prompt from the chat template, tokenized once

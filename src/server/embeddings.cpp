@@ -102,7 +102,7 @@ void Server::embeddings(const httplib::Request& http_req, httplib::Response& res
   Lease lease = registry_.acquire(req.model, req.keep_alive_ms ? Millis(*req.keep_alive_ms) : Millis(-2), w);
   Model& model = lease.model();
   if (!has_tokenizer(model.vocab()) && input_has_text(req.input)) {
-    throw NoTokenizer("model '" + req.model + "' has no tokenizer: give 'input' as token ids");
+    bad_field("input", "model '" + req.model + "' has no tokenizer: give 'input' as token ids", "model_has_no_tokenizer");
   }
   const std::vector<std::vector<llama_token>> inputs = input_tokens(req.input, model.vocab());
   CancelToken cancel;

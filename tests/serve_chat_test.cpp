@@ -236,3 +236,23 @@ TEST(ServeChat, TheOfficialOpenAINodeSdkGetsEmbeddingsJsonLogprobsAndReplaysAToo
   EXPECT_EQ(got["image"]["param"], "messages[0].content[0]") << out;
   s.expect_clean();
 }
+
+// The grammar sampler and the logprobs a request holds go with it when its
+// client leaves mid-stream.
+TEST(ServeChat, AClientThatLeavesAConstrainedStreamLeavesNothing) {
+  Served s({"--ctx", "1024"});
+  // A grammar that never completes: the reply runs to max_tokens unless cut.
+  leave_after_first_chunk(s.port(), {{"model", "bpe"},
+                                     {"messages", json::array({user("a's")})},
+                                     {"stream", true},
+                                     {"max_tokens", 900},
+                                     {"temperature", 0},
+                                     {"grammar", "root ::= \"a\" root"},
+                                     {"logprobs", true},
+                                     {"top_logprobs", 5}});
+  ASSERT_TRUE(s.until([&] { return s.model("bpe")["in_flight"] == 0; }));
+  auto m = s.http().Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_NE(m->body.find("reclaim_requests_total{outcome=\"client_gone\"} 1\n"), std::string::npos) << m->body;
+  s.expect_clean();
+}

@@ -23,8 +23,8 @@ struct SamplingParams {
   int32_t repeat_last_n = 64;     // the window of the three penalties
   float frequency_penalty = 0.0f;  // OpenAI's: by how often a token came; 0: off
   float presence_penalty = 0.0f;   // OpenAI's: once a token came; 0: off
-  // Added to a token's logit before anything else (OpenAI's logit_bias;
-  // -infinity bans it).
+  // Added to a token's logit before anything else (OpenAI's logit_bias:
+  // -100 all but bans a token).
   std::vector<llama_logit_bias> logit_bias;
   // 0xFFFFFFFF (LLAMA_DEFAULT_SEED): a fresh seed each time; resolve_seed()
   // picks it, so that the run can be reported and repeated.

@@ -23,14 +23,15 @@ namespace reclaim::audit {
 // serve_plan.h says what each asks for).
 enum class Scenario {
   load_free, load_prompt_free, load_abort, generate, cancel,
-  serve, serve_cancel, serve_vanish, serve_swap, serve_drain, serve_unload_cancel, serve_chat
+  serve, serve_cancel, serve_vanish, serve_swap, serve_drain, serve_unload_cancel, serve_chat, serve_embed
 };
 const char* scenario_name(Scenario s);
 Scenario scenario_from_name(const std::string& name);  // throws Error
 inline constexpr Scenario kAllScenarios[] = {
     Scenario::load_free,    Scenario::load_prompt_free, Scenario::load_abort, Scenario::generate,
     Scenario::cancel,       Scenario::serve,            Scenario::serve_cancel, Scenario::serve_vanish,
-    Scenario::serve_swap,   Scenario::serve_drain,      Scenario::serve_unload_cancel, Scenario::serve_chat};
+    Scenario::serve_swap,   Scenario::serve_drain,      Scenario::serve_unload_cancel, Scenario::serve_chat,
+    Scenario::serve_embed};
 bool has_requests(Scenario s);
 bool is_serve(Scenario s);  // through the Registry and the Batcher
 

@@ -9,7 +9,9 @@
 #include <llama.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "audit/raw.h"
@@ -139,6 +141,40 @@ GroupCounts run_group(llama_context* ctx, const llama_vocab* vocab, const std::v
   return counts;
 }
 
+// An embedding request as a plain program makes one: a context with
+// embeddings on, its prompt in one batch, the pooled vector read, the context
+// freed. Pooled as reclaim's is (engine/embed.h): the model's own, else mean.
+void raw_embed(llama_model* model, const std::vector<llama_token>& prompt, int threads) {
+  llama_context_params cp = llama_context_default_params();
+  cp.n_ctx = cp.n_batch = cp.n_ubatch = static_cast<uint32_t>(prompt.size());
+  cp.n_seq_max = 1;
+  cp.n_threads = cp.n_threads_batch = threads;
+  cp.embeddings = true;
+  cp.pooling_type = LLAMA_POOLING_TYPE_MEAN;
+  char arch[64] = {0}, pooling[16] = {0};
+  if (llama_model_meta_val_str(model, "general.architecture", arch, sizeof arch) >= 0 &&
+      llama_model_meta_val_str(model, (std::string(arch) + ".pooling_type").c_str(), pooling, sizeof pooling) >= 0 &&
+      std::atoi(pooling) > 0) {
+    cp.pooling_type = static_cast<enum llama_pooling_type>(std::atoi(pooling));
+  }
+  llama_context* ctx = llama_init_from_model(model, cp);
+  if (!ctx) throw Error("raw side: cannot create an embedding context");
+  llama_batch batch = llama_batch_init(static_cast<int32_t>(prompt.size()), 0, 1);
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    batch.token[i] = prompt[i];
+    batch.pos[i] = static_cast<llama_pos>(i);
+    batch.n_seq_id[i] = 1;
+    batch.seq_id[i][0] = 0;
+    batch.logits[i] = true;
+  }
+  batch.n_tokens = static_cast<int32_t>(prompt.size());
+  const int rc = llama_decode(ctx, batch);
+  const bool pooled = rc == 0 && llama_get_embeddings_seq(ctx, 0) != nullptr;
+  llama_batch_free(batch);
+  llama_free(ctx);
+  if (!pooled) throw Error("raw side: no pooled embedding");
+}
+
 // One cycle of the plan; `rec` null: the device warm-up before the baseline.
 void raw_serve_cycle(const CycleOptions& o, const ServeCycle& plan, int threads, size_t n_seq, Recorder* rec) {
   Loaded l;
@@ -158,6 +194,10 @@ void raw_serve_cycle(const CycleOptions& o, const ServeCycle& plan, int threads,
         }
         const std::vector<const ServeRequest*> group(mine.begin() + static_cast<std::ptrdiff_t>(first),
                                                      mine.begin() + static_cast<std::ptrdiff_t>(std::min(mine.size(), first + n_seq)));
+        if (o.scenario == Scenario::serve_embed) {
+          for (const ServeRequest* r : group) raw_embed(l.model, request_prompt(llama_model_get_vocab(l.model), *r), threads);
+          continue;
+        }
         const GroupCounts g = run_group(l.ctx, llama_model_get_vocab(l.model), group, o,
                                         plan.end == CycleEnd::cancel_unload && unload_now ? 2 : 0);
         if (rec && (o.scenario == Scenario::serve_cancel || o.scenario == Scenario::serve_vanish ||

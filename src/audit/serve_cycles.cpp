@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/ledger.h"
 #include "engine/batcher.h"
+#include "engine/embed.h"
 #include "engine/runtime.h"
 #include "runtime/registry.h"
 #include "server/worker_pool.h"
@@ -71,6 +72,12 @@ Outcome serve_one(Registry& registry, const CycleOptions& o, const ServeRequest&
   }
   CancelToken cancel;
   cancel.link(&lease.cancel_token());
+  if (o.scenario == Scenario::serve_embed) {
+    const EmbedResult e = embed(lease.model(), {request_prompt(lease.model().vocab(), plan)}, &cancel);
+    if (e.vectors.size() != 1) throw Error("serve-embed: the request gave no vector");
+    leak_on_purpose(o.test_leak, true);
+    return out;
+  }
   GenerateHooks hooks;
   int generated = 0;  // tokens so far
   if (plan.end == RequestEnd::cancel && plan.plan.in_prompt) {

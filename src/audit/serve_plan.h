@@ -65,7 +65,9 @@ struct ServeCycle {
 // turn, requests / (2 x parallel) turns, all run whole; the reclaim side
 // keeps and reuses their cells in its prompt cache, saving those whose
 // sequence another takes to host memory, and the raw side decodes each
-// prompt whole.
+// prompt whole. serve-embed: waves of 2 x parallel embedding requests,
+// `requests` in all, each in a context of its own (engine/embed.h) beside the
+// model's batch, as /v1/embeddings and /api/embed run them.
 ServeCycle plan_serve_cycle(const CycleOptions& o, int cycle);
 
 // The scenario's names for its models.

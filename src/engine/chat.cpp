@@ -264,6 +264,7 @@ ChatRender ChatTemplate::render(const ChatRequest& req) const {
   in.json_schema = req.json_schema;
   in.use_jinja = !builtin_;
   in.reasoning_format = COMMON_REASONING_FORMAT_DEEPSEEK;  // llama-server's default
+  if (req.think) in.enable_thinking = *req.think;
   const bool with_tools = !in.tools.empty() && req.tool_choice != ToolChoice::none;
   if (with_tools && builtin_) {
     throw ChatError("tools need a Jinja chat template; this model's is a built-in one, which cannot show them", "tools");
@@ -323,6 +324,21 @@ ChatRender ChatTemplate::render(const ChatRequest& req) const {
   r.parses = !builtin_ && (p.format != COMMON_CHAT_FORMAT_CONTENT_ONLY || with_tools || !p.parser.empty());
   r.msg.role = "assistant";
   return out;
+}
+
+ChatTemplateCaps chat_template_caps(const std::string& jinja) {
+  ChatTemplateCaps caps;
+  if (jinja.empty()) return caps;
+  try {
+    common_chat_templates_ptr t = common_chat_templates_init(nullptr, jinja);
+    const std::map<std::string, bool> m = common_chat_templates_get_caps(t.get());
+    const auto it = m.find("supports_tool_calls");
+    caps.tools = it != m.end() && it->second;
+    caps.thinking = common_chat_templates_support_enable_thinking(t.get());
+  } catch (const std::exception&) {
+    return {};
+  }
+  return caps;
 }
 
 std::string apply_chat_template(const Model& model, const std::vector<ChatMessage>& messages, const std::string& tmpl) {

@@ -51,6 +51,9 @@ struct ChatRequest {
   ToolChoice tool_choice = ToolChoice::automatic;
   std::optional<bool> parallel_tool_calls;  // unset: as the template allows
   std::string json_schema;                  // response_format's, as JSON text; empty: none
+  // Whether a reasoning model thinks before it answers (Ollama's `think`;
+  // the template's enable_thinking); unset: as the template does.
+  std::optional<bool> think;
 };
 
 struct ToolCall {
@@ -144,6 +147,15 @@ std::string apply_chat_template(const Model& model, const std::vector<ChatMessag
 // A JSON schema (JSON text) as a GBNF grammar; throws ChatError naming what
 // is wrong with it.
 std::string json_schema_grammar(const std::string& schema);
+
+// What a Jinja template offers, read without a model (Ollama's /api/show
+// capabilities): tool calls, and thinking that can be turned off and on.
+// A template that does not parse offers neither.
+struct ChatTemplateCaps {
+  bool tools = false;
+  bool thinking = false;
+};
+ChatTemplateCaps chat_template_caps(const std::string& jinja);
 
 // The built-in template names, comma-separated, for error messages and help.
 std::string builtin_chat_templates();

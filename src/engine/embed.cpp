@@ -18,7 +18,8 @@ enum llama_pooling_type embedding_pooling(const Model& model) {
   return p > 0 ? static_cast<enum llama_pooling_type>(p) : LLAMA_POOLING_TYPE_MEAN;
 }
 
-EmbedResult embed(Model& model, const std::vector<std::vector<llama_token>>& inputs, const CancelToken* cancel) {
+EmbedResult embed(Model& model, const std::vector<std::vector<llama_token>>& inputs, const CancelToken* cancel,
+                  const std::function<void()>& tick) {
   EmbedResult out;
   size_t longest = 0;
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -43,6 +44,7 @@ EmbedResult embed(Model& model, const std::vector<std::vector<llama_token>>& inp
   llama_context* ctx = s.context();
   const int32_t n_embd = llama_model_n_embd(model.get());
   for (const std::vector<llama_token>& in : inputs) {
+    if (tick) tick();
     if (s.cancelled()) {
       out.cancelled = true;
       return out;

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -27,7 +28,10 @@ struct EmbedResult {
 enum llama_pooling_type embedding_pooling(const Model& model);
 
 // Throws BadPrompt for an empty input or one outside the vocabulary, and
-// ContextOverflow for one longer than the model's training context.
-EmbedResult embed(Model& model, const std::vector<std::vector<llama_token>>& inputs, const CancelToken* cancel = nullptr);
+// ContextOverflow for one longer than the model's training context. `tick`
+// runs before each input (a server looks at its client's socket there and
+// cancels the token when it is gone).
+EmbedResult embed(Model& model, const std::vector<std::vector<llama_token>>& inputs, const CancelToken* cancel = nullptr,
+                  const std::function<void()>& tick = {});
 
 }  // namespace reclaim

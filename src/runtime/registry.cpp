@@ -465,6 +465,14 @@ ModelStatus Registry::status_locked(const Entry& e) const {
   s.last_load_ms = e.last_load_ms;
   s.last_unload_ms = e.last_unload_ms;
   s.last_use = e.last_use;
+  if (e.state == ModelState::loaded && !e.spec.pinned) {
+    const auto now = std::chrono::system_clock::now();
+    if (e.in_flight == 0 && e.expires != Steady::time_point::max()) {
+      s.expires_at = now + std::chrono::duration_cast<std::chrono::system_clock::duration>(e.expires - Steady::now());
+    } else if (e.in_flight > 0 && keep_alive_of(e).count() >= 0) {
+      s.expires_at = now + keep_alive_of(e);
+    }
+  }
   s.last_error = e.last_error;
   if (Batcher* b = e.loaded_batcher()) {
     s.sequences = b->n_seq();

@@ -30,6 +30,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -168,6 +169,9 @@ struct ModelStatus {
   uint64_t loads = 0, unloads = 0;
   double last_load_ms = 0, last_unload_ms = 0;
   std::chrono::system_clock::time_point last_use{};
+  // When keep-alive unloads it: once idle, its deadline; while busy, its
+  // keep-alive from now. Unset: never (pinned, keep-alive < 0) or not loaded.
+  std::optional<std::chrono::system_clock::time_point> expires_at;
   std::string last_error;
   // With --parallel, while loaded: the batch's sequences, those in use, and
   // its decodes and their tokens since the load (tokens / steps is how many

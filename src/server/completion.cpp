@@ -21,13 +21,14 @@
 #include <atomic>
 #include <chrono>
 #include <mutex>
+#include <optional>
 #include <set>
 
 #include "engine/batcher.h"
 #include "engine/chat.h"
 #include "engine/generate.h"
 #include "engine/generation.h"
-#include "server/chat_reply.h"
+#include "server/answer.h"
 #include "server/connections.h"
 #include "server/http_errors.h"
 #include "server/logprobs.h"
@@ -40,14 +41,6 @@ using nlohmann::json;
 
 namespace {
 
-std::atomic<uint64_t> g_next_id{1};
-
-int64_t unix_now() {
-  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-std::string sse(const json& j) { return "data: " + j.dump() + "\n\n"; }
-
 // What a request needs while it runs; shared with the stream's provider so
 // that the lease lives until the last chunk is written.
 struct Running {
@@ -57,8 +50,7 @@ struct Running {
   Lease lease;
   std::string chat_template;  // the model's own setting, else --chat-template, else the file's
   ChatReader reader;          // a chat's reply, read by its template's format
-  std::string id;
-  int64_t created = 0;
+  std::unique_ptr<Answer> answer;  // the reply in its API's shapes
 };
 
 // Once a model name: that a model without a template of its own is served
@@ -170,19 +162,18 @@ void Server::count_tokens(const GenerateResult& r) {
   stats_.completion_tokens += static_cast<uint64_t>(r.timings.generated_tokens);
 }
 
-bool Server::complete(const httplib::Request& http_req, httplib::Response& res, bool chat) {
+bool Server::complete(httplib::Response& res, const CompletionCall& call) {
   auto run = std::make_shared<Running>();
-  run->req = parse_completion_request(http_req.body, chat);
+  run->req = call.parse(json::object());
   // The model's own settings: its template, and the fields a request that
   // leaves them out gets (an unknown model is a 404 here, as it would be
   // at the lease).
   const ModelSettings settings = settings_of(run->req.model);
-  if (!settings.request_defaults.empty()) run->req = parse_completion_request(http_req.body, chat, settings.request_defaults);
+  if (!settings.request_defaults.empty()) run->req = call.parse(settings.request_defaults);
   run->chat_template = settings.chat_template.value_or(options_.chat_template);
-  run->chat = chat;
+  run->chat = run->req.chat;
   run->keep_alive = run->req.keep_alive_ms ? Millis(*run->req.keep_alive_ms) : Millis(-2);
-  run->id = std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(g_next_id.fetch_add(1));
-  run->created = unix_now();
+  run->answer = call.answer(run->req);
   try {
     validate(run->req.generate.sampling);
   } catch (const Error& e) {
@@ -197,6 +188,7 @@ bool Server::complete(const httplib::Request& http_req, httplib::Response& res, 
       return false;  // nobody reads an answer
     }
     prepare(*run);
+    run->answer->held();
     CancelToken cancel;
     cancel.link(&run->lease.cancel_token());
     GenerateHooks hooks;
@@ -209,24 +201,21 @@ bool Server::complete(const httplib::Request& http_req, httplib::Response& res, 
     }
     if (r.finish == FinishReason::cancelled) {
       ++stats_.cancelled;
-      send_error(res, {503, "server_error", "cancelled", "the request was cancelled: its model is being unloaded", 5});
+      run->answer->send_error(res, {503, "server_error", "cancelled", "the request was cancelled: its model is being unloaded", 5});
       return false;
     }
     ++stats_.ok;
-    json message, logprobs;
-    const char* finish = openai_finish_reason(r.finish);
-    if (chat) {
+    json logprobs;
+    std::optional<ChatReply> reply;
+    if (run->chat) {
       run->reader.push(r.text);
-      const ChatReply reply = run->reader.finish();
-      message = chat_message_json(reply);
-      finish = chat_finish_reason(r.finish, reply);
+      reply = run->reader.finish();
     }
     if (run->req.generate.logprobs >= 0) {
       const llama_vocab* vocab = run->lease.model().vocab();
-      logprobs = chat ? chat_logprobs_json(vocab, r.logprobs) : completion_logprobs_json(vocab, r.logprobs);
+      logprobs = run->chat ? chat_logprobs_json(vocab, r.logprobs) : completion_logprobs_json(vocab, r.logprobs);
     }
-    res.set_content(completion_json(run->req, r, message, finish, run->id, run->created, logprobs).dump(),
-                    "application/json");
+    res.set_content(run->answer->whole(r, reply ? &*reply : nullptr, logprobs), "application/json");
     return false;
   }
 
@@ -235,17 +224,21 @@ bool Server::complete(const httplib::Request& http_req, httplib::Response& res, 
   Wait now;
   now.no_wait = true;
   run->lease = registry_.acquire(run->req.model, run->keep_alive, now);
-  if (run->lease) prepare(*run);
+  if (run->lease) {
+    prepare(*run);
+    run->answer->held();
+  }
 
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");  // nginx: pass each event on as it comes
   res.set_chunked_content_provider(
-      "text/event-stream",
+      run->answer->stream_type(),
       [this, run](size_t, httplib::DataSink& sink) {
+        Answer& answer = *run->answer;
         CancelToken cancel;
-        bool first = true, gone = false;
+        bool gone = false;
         auto write = [&](const std::string& data) {
-          if (gone) return;
+          if (gone || data.empty()) return;
           // A failed write means the client is gone: the request stops
           // before its next decode step. (A request cancelled by an unload
           // still writes its end.)
@@ -256,8 +249,7 @@ bool Server::complete(const httplib::Request& http_req, httplib::Response& res, 
         };
         auto fail = [&](const std::exception& ex) {
           ++stats_.error;
-          write(sse(error_json(to_api_error(ex))));
-          write("data: [DONE]\n\n");
+          write(answer.stream_error(to_api_error(ex)));
           sink.done();
           return true;
         };
@@ -268,13 +260,14 @@ bool Server::complete(const httplib::Request& http_req, httplib::Response& res, 
             const auto t = std::chrono::steady_clock::now();
             if (t - last >= options_.stream_keepalive) {
               last = t;
-              write(": waiting for model '" + run->req.model + "'\n\n");
+              write(answer.waiting());
             }
             return !gone && !Connections::client_gone();
           };
           try {
             run->lease = registry_.acquire(run->req.model, run->keep_alive, w);
             prepare(*run);
+            answer.held();
           } catch (const ClientGone&) {
             ++stats_.client_gone;
             return false;
@@ -297,10 +290,7 @@ bool Server::complete(const httplib::Request& http_req, httplib::Response& res, 
           return j;
         };
         auto send_deltas = [&](const std::vector<ChatDelta>& deltas) {
-          for (const ChatDelta& d : deltas) {
-            write(sse(chunk_json(run->req, delta_json(d, first), nullptr, run->id, run->created, take_logprobs())));
-            first = false;
-          }
+          for (const ChatDelta& d : deltas) write(answer.delta(d, take_logprobs()));
         };
         hooks.on_logprobs = [&](std::vector<TokenLogprob> entries) {
           for (TokenLogprob& e : entries) pending.push_back(std::move(e));
@@ -309,7 +299,7 @@ bool Server::complete(const httplib::Request& http_req, httplib::Response& res, 
           if (run->chat) {
             send_deltas(run->reader.push(text));
           } else {
-            write(sse(chunk_json(run->req, json(std::string(text)), nullptr, run->id, run->created, take_logprobs())));
+            write(answer.text(text, take_logprobs()));
           }
         };
         hooks.tick = cancel_when_client_leaves(cancel);
@@ -325,23 +315,13 @@ bool Server::complete(const httplib::Request& http_req, httplib::Response& res, 
           return false;
         }
         ++(r.finish == FinishReason::cancelled ? stats_.cancelled : stats_.ok);
+        std::optional<ChatReply> reply;
         if (run->chat) {
           std::vector<ChatDelta> rest;
-          const ChatReply reply = run->reader.finish(&rest);
+          reply = run->reader.finish(&rest);
           send_deltas(rest);
-          write(sse(chunk_json(run->req, delta_json(ChatDelta{}, first), chat_finish_reason(r.finish, reply), run->id,
-                               run->created, pending.empty() ? json(nullptr) : take_logprobs())));
-        } else {
-          write(sse(chunk_json(run->req, json(""), openai_finish_reason(r.finish), run->id, run->created,
-                               pending.empty() ? json(nullptr) : take_logprobs())));
         }
-        if (run->req.include_usage) {
-          json u = chunk_json(run->req, run->chat ? json::object() : json(""), nullptr, run->id, run->created);
-          u["choices"] = json::array();
-          u["usage"] = usage_json(r);
-          write(sse(u));
-        }
-        write("data: [DONE]\n\n");
+        write(answer.end(r, reply ? &*reply : nullptr, pending.empty() ? json(nullptr) : take_logprobs()));
         sink.done();
         return true;
       },

@@ -94,31 +94,50 @@ std::string base64_floats(const std::vector<float>& v) {
 
 }  // namespace
 
-void Server::embeddings(const httplib::Request& http_req, httplib::Response& res) {
-  const EmbeddingsRequest req = parse_embeddings_request(http_req.body);
-  settings_of(req.model);  // an unknown model is a 404 here, as at the lease
+EmbedResult Server::embed_input(const std::string& model_name, const json& input, std::optional<int64_t> keep_alive_ms,
+                                bool truncate) {
+  settings_of(model_name);  // an unknown model is a 404 here, as at the lease
   Wait w;
   w.still_wanted = [] { return !Connections::client_gone(); };
-  Lease lease = registry_.acquire(req.model, req.keep_alive_ms ? Millis(*req.keep_alive_ms) : Millis(-2), w);
+  Lease lease = registry_.acquire(model_name, keep_alive_ms ? Millis(*keep_alive_ms) : Millis(-2), w);
   Model& model = lease.model();
-  if (!has_tokenizer(model.vocab()) && input_has_text(req.input)) {
-    bad_field("input", "model '" + req.model + "' has no tokenizer: give 'input' as token ids", "model_has_no_tokenizer");
+  if (!has_tokenizer(model.vocab()) && input_has_text(input)) {
+    bad_field("input", "model '" + model_name + "' has no tokenizer: give 'input' as token ids", "model_has_no_tokenizer");
   }
-  const std::vector<std::vector<llama_token>> inputs = input_tokens(req.input, model.vocab());
+  std::vector<std::vector<llama_token>> inputs = input_tokens(input, model.vocab());
+  if (truncate) {
+    // Ollama's default: an input longer than the model's context is cut to it.
+    const auto limit = static_cast<size_t>(std::max(1, model.info().n_ctx_train));
+    for (std::vector<llama_token>& t : inputs) {
+      if (t.size() > limit) t.resize(limit);
+    }
+  }
   CancelToken cancel;
   cancel.link(&lease.cancel_token());
-  const EmbedResult r = embed(model, inputs, &cancel);
+  EmbedResult r = embed(model, inputs, &cancel, [&cancel] {
+    if (Connections::client_gone()) cancel.cancel(CancelReason::client_gone);
+  });
+  if (r.cancelled && cancel.reason() == CancelReason::client_gone) {
+    ++stats_.client_gone;
+    throw ClientGone("the client left while its embeddings were computed");
+  }
   if (r.cancelled) {
     throw ApiException(ApiError{503, "server_error", "cancelled", "the request was cancelled: its model is being unloaded", 5});
   }
+  stats_.prompt_tokens += static_cast<uint64_t>(r.prompt_tokens);
+  ++stats_.ok;
+  return r;
+}
+
+void Server::embeddings(const httplib::Request& http_req, httplib::Response& res) {
+  const EmbeddingsRequest req = parse_embeddings_request(http_req.body);
+  const EmbedResult r = embed_input(req.model, req.input, req.keep_alive_ms, false);
   json data = json::array();
   for (size_t i = 0; i < r.vectors.size(); ++i) {
     data.push_back({{"object", "embedding"},
                     {"index", i},
                     {"embedding", req.base64 ? json(base64_floats(r.vectors[i])) : json(r.vectors[i])}});
   }
-  stats_.prompt_tokens += static_cast<uint64_t>(r.prompt_tokens);
-  ++stats_.ok;
   res.set_content(json{{"object", "list"},
                        {"data", data},
                        {"model", req.model},

@@ -4,6 +4,7 @@
 #include "server/json_fields.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -50,34 +51,55 @@ int64_t parse_duration_ms(const json& v, const std::string& field) {
   if (v.is_number()) {
     const double s = v.get<double>();
     if (!std::isfinite(s) || s > kMaxDurationSeconds) {
-      bad_request("'" + field + "' must be a number of seconds up to a year, or -1");
+      bad_field(field, "'" + field + "' must be a number of seconds up to a year, or -1");
     }
     return s < 0 ? -1 : static_cast<int64_t>(s * 1000);
   }
-  if (!v.is_string()) bad_request("'" + field + "' must be a duration such as \"5m\", a number of seconds, or -1");
+  if (!v.is_string()) bad_field(field, "'" + field + "' must be a duration such as \"5m\", a number of seconds, or -1");
+  // Go's time.ParseDuration, as Ollama reads keep_alive: numbers with
+  // units, one after another ("1h30m", "1.5h", "250ms"), a sign first; and a
+  // bare number, which is seconds.
   const std::string t = v.get<std::string>();
-  size_t used = 0;
-  double n = 0;
-  try {
-    n = std::stod(t, &used);
-  } catch (...) {
-    bad_request("'" + field + "': '" + t + "' is not a duration (use e.g. 30s, 5m, 1h, -1)");
-  }
-  const std::string unit = t.substr(used);
+  const std::string usage = "'" + field + "': '" + t + "' is not a duration (use e.g. 30s, 5m, 1h30m, -1)";
+  size_t at = 0;
+  bool negative = false;
+  if (at < t.size() && (t[at] == '-' || t[at] == '+')) negative = t[at++] == '-';
+  if (at == t.size()) bad_field(field, usage);
   double ms = 0;
-  if (unit == "ms") {
-    ms = n;
-  } else if (unit == "s" || unit.empty()) {
-    ms = n * 1000;
-  } else if (unit == "m") {
-    ms = n * 60000;
-  } else if (unit == "h") {
-    ms = n * 3600000;
-  } else {
-    bad_request("'" + field + "': unknown unit '" + unit + "' (use ms, s, m or h)");
+  while (at < t.size()) {
+    size_t used = 0;
+    double n = 0;
+    if (!(std::isdigit(static_cast<unsigned char>(t[at])) || t[at] == '.')) bad_field(field, usage);
+    try {
+      n = std::stod(t.substr(at), &used);
+    } catch (...) {
+      bad_field(field, usage);
+    }
+    at += used;
+    size_t end = at;
+    while (end < t.size() && std::isalpha(static_cast<unsigned char>(t[end]))) ++end;
+    const std::string unit = t.substr(at, end - at);
+    at = end;
+    if (unit.empty() && (at < t.size() || ms != 0)) bad_field(field, usage);
+    if (unit == "ns") {
+      ms += n / 1e6;
+    } else if (unit == "us") {
+      ms += n / 1e3;
+    } else if (unit == "ms") {
+      ms += n;
+    } else if (unit == "s" || unit.empty()) {
+      ms += n * 1000;
+    } else if (unit == "m") {
+      ms += n * 60000;
+    } else if (unit == "h") {
+      ms += n * 3600000;
+    } else {
+      bad_field(field, "'" + field + "': unknown unit '" + unit + "' in '" + t + "' (use ms, s, m or h)");
+    }
   }
-  if (!std::isfinite(ms) || ms > kMaxDurationSeconds * 1000) bad_request("'" + field + "': '" + t + "' is longer than a year");
-  return n < 0 ? -1 : static_cast<int64_t>(ms);
+  if (negative) return -1;
+  if (!std::isfinite(ms) || ms > kMaxDurationSeconds * 1000) bad_field(field, "'" + field + "': '" + t + "' is longer than a year");
+  return static_cast<int64_t>(ms);
 }
 
 namespace {
@@ -260,7 +282,10 @@ json parse_object(const std::string& body) {
 }
 
 CompletionRequest parse_completion_request(const std::string& body, bool chat, const json& defaults) {
-  json j = parse_object(body);
+  return parse_completion_request(parse_object(body), chat, defaults);
+}
+
+CompletionRequest parse_completion_request(json j, bool chat, const json& defaults) {
   for (const auto& [key, value] : defaults.items()) {
     if (!j.contains(key) || j[key].is_null()) j[key] = value;
   }

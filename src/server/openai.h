@@ -59,6 +59,8 @@ struct CompletionRequest {
 // fields a body that leaves them out (or sends null) gets, checked as its own.
 CompletionRequest parse_completion_request(const std::string& body, bool chat,
                                            const nlohmann::json& defaults = nlohmann::json::object());
+// The same of a body already parsed (another API's, in OpenAI's fields).
+CompletionRequest parse_completion_request(nlohmann::json body, bool chat, const nlohmann::json& defaults);
 
 // POST /v1/models/load {"model", "pin"} and /v1/models/unload {"model",
 // "mode": "drain" | "cancel", "timeout"}.

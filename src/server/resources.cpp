@@ -32,6 +32,9 @@ json model_json(const ModelStatus& s) {
             {"last_load_ms", s.last_load_ms},
             {"last_unload_ms", s.last_unload_ms},
             {"last_use", s.loads ? json(last_use) : json(nullptr)}};
+  if (s.expires_at) {
+    j["expires_at"] = std::chrono::duration_cast<std::chrono::seconds>(s.expires_at->time_since_epoch()).count();
+  }
   if (s.state == ModelState::loading) j["load_progress"] = s.load_progress;
   if (!s.last_error.empty()) j["last_error"] = s.last_error;
   if (s.sequences > 0) {

@@ -210,7 +210,9 @@ void Server::routes() {
       ++stats_.in_flight;
       bool streaming = false;
       try {
-        streaming = complete(req, res, chat);
+        const std::string& body = req.body;
+        streaming = complete(res, {[&body, chat](const json& defaults) { return parse_completion_request(body, chat, defaults); },
+                                   openai_answer});
       } catch (const std::exception& ex) {
         ++stats_.error;
         send_error(res, to_api_error(ex));
@@ -233,6 +235,8 @@ void Server::routes() {
     ++stats_.in_flight;
     try {
       embeddings(req, res);
+    } catch (const ClientGone&) {
+      // Counted where it was seen; nobody reads an answer.
     } catch (const std::exception& ex) {
       ++stats_.error;
       send_error(res, to_api_error(ex));
@@ -241,6 +245,7 @@ void Server::routes() {
   });
   s.Post("/v1/completions", completion(false));
   s.Post("/v1/chat/completions", completion(true));
+  ollama_routes();
 }
 
 }  // namespace reclaim::server

@@ -16,10 +16,13 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "core/usage.h"
+#include "engine/embed.h"
 #include "engine/generate.h"
+#include "server/answer.h"
 #include "server/connections.h"
 #include "server/metrics.h"
 #include "server/worker_pool.h"
@@ -74,11 +77,28 @@ class Server {
  private:
   void routes();
   void shutdown_pool();
+  // A completion as one API reads it: `parse` reads the body, with the
+  // model's default fields under what it leaves out; `answer` writes the
+  // reply in the API's shapes (server/answer.h).
+  struct CompletionCall {
+    std::function<CompletionRequest(const nlohmann::json& defaults)> parse;
+    std::function<std::unique_ptr<Answer>(const CompletionRequest&)> answer;
+  };
   // Returns true when the response is a stream, which ends later
-  // (server/completion.cpp).
-  bool complete(const httplib::Request& req, httplib::Response& res, bool chat);
+  // (server/completion.cpp). Throws what fails before the reply begins.
+  bool complete(httplib::Response& res, const CompletionCall& call);
   // POST /v1/embeddings (server/embeddings.cpp).
   void embeddings(const httplib::Request& req, httplib::Response& res);
+  // The vectors of `input` (checked by check_embed_input) by `model`, on the
+  // registry as a completion is; `truncate`: inputs longer than the model's
+  // context are cut to it, not refused.
+  EmbedResult embed_input(const std::string& model, const nlohmann::json& input,
+                          std::optional<int64_t> keep_alive_ms, bool truncate);
+  // Ollama's API on the same port (server/ollama_routes.cpp).
+  void ollama_routes();
+  // Ollama's /api/chat and /api/generate without messages or prompt: load
+  // the model, or with keep_alive 0 unload it.
+  void ollama_load(httplib::Response& res, const std::string& model, std::optional<int64_t> keep_alive_ms, bool chat);
   void count_tokens(const GenerateResult& r);
   // The model's own settings; an unknown name looks for new models first.
   ModelSettings settings_of(const std::string& model);

@@ -1,0 +1,52 @@
+// How a completion's reply is written: the request runs the same way for
+// every API (server/completion.cpp), and its Answer gives it the API's
+// shapes: OpenAI's JSON and server-sent events (server/openai_answer.cpp), or
+// Ollama's JSON and NDJSON lines (server/ollama_answer.cpp). One a request:
+// it may keep what its stream has sent so far.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/chat.h"
+#include "engine/generate.h"
+#include "server/openai.h"
+
+namespace httplib {
+struct Response;
+}
+
+namespace reclaim::server {
+
+class Answer {
+ public:
+  virtual ~Answer() = default;
+  // A request that failed before its reply began.
+  virtual void send_error(httplib::Response& res, const ApiError& e) const = 0;
+  // The model is held and the request is about to run (Ollama reports the
+  // time until then as its load_duration).
+  virtual void held() {}
+  // The whole reply of a request that was not streamed, as JSON text.
+  // `reply`: a chat's, read by its template; null for a plain completion.
+  virtual std::string whole(const GenerateResult& r, const ChatReply* reply, const nlohmann::json& logprobs) = 0;
+
+  virtual const char* stream_type() const = 0;
+  // Sent every stream_keepalive while a stream waits for its model; empty:
+  // nothing (a format without comments).
+  virtual std::string waiting() const = 0;
+  // A completion's text as it comes, and a chat's deltas.
+  virtual std::string text(std::string_view text, const nlohmann::json& logprobs) = 0;
+  virtual std::string delta(const ChatDelta& d, const nlohmann::json& logprobs) = 0;
+  // The stream's last events; `logprobs`: those still owed.
+  virtual std::string end(const GenerateResult& r, const ChatReply* reply, const nlohmann::json& logprobs) = 0;
+  // A failure after the stream began, and its end.
+  virtual std::string stream_error(const ApiError& e) = 0;
+};
+
+// OpenAI's (server/openai_answer.cpp).
+std::unique_ptr<Answer> openai_answer(const CompletionRequest& req);
+
+}  // namespace reclaim::server

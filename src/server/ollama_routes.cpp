@@ -1,0 +1,124 @@
+// Ollama's endpoints on the server's port. Requests run as the OpenAI
+// side's do (server/completion.cpp, server/embeddings.cpp), on the same
+// registry; errors are Ollama's {"error": "..."}.
+#include <httplib.h>
+
+#include "server/connections.h"
+#include "server/http_errors.h"
+#include "server/json_fields.h"
+#include "server/ollama.h"
+#include "server/server.h"
+
+namespace reclaim::server {
+
+using nlohmann::json;
+using Steady = std::chrono::steady_clock;
+
+void Server::ollama_load(httplib::Response& res, const std::string& model, std::optional<int64_t> keep_alive_ms, bool chat) {
+  json j = {{"model", model}, {"created_at", ollama_time(std::chrono::system_clock::now())}};
+  if (chat) {
+    j["message"] = {{"role", "assistant"}, {"content", ""}};
+  } else {
+    j["response"] = "";
+  }
+  j["done"] = true;
+  if (keep_alive_ms && *keep_alive_ms == 0) {
+    // Ollama's keep_alive 0: unloaded now (its requests in flight first,
+    // as an unload's drain lets them).
+    registry_.unload(model, UnloadMode::drain, unload_timeout_);
+    j["done_reason"] = "unload";
+  } else {
+    (void)settings_of(model);  // a file added to --models-dir since
+    Wait w;
+    w.still_wanted = [] { return !Connections::client_gone(); };
+    // Held and let go at once: loaded, with this keep-alive from now.
+    Lease lease = registry_.acquire(model, keep_alive_ms ? Millis(*keep_alive_ms) : Millis(-2), w);
+    j["done_reason"] = "load";
+  }
+  res.set_content(j.dump(), "application/json");
+}
+
+void Server::ollama_routes() {
+  httplib::Server& s = *http_;
+  // What runs in a handler, with Ollama's errors.
+  auto handled = [this](auto fn) {
+    return [this, fn](const httplib::Request& req, httplib::Response& res) {
+      Connections::answering();  // the request is whole: the read timeout no longer runs
+      try {
+        fn(req, res);
+      } catch (const std::exception& ex) {
+        send_ollama_error(res, to_api_error(ex));
+      }
+    };
+  };
+  // Clients probe the root to see that a server is there.
+  s.Get("/", handled([](const httplib::Request&, httplib::Response& res) { res.set_content("reclaim is running", "text/plain"); }));
+  s.Get("/api/version", handled([](const httplib::Request&, httplib::Response& res) {
+          res.set_content(json{{"version", kOllamaApiVersion}}.dump(), "application/json");
+        }));
+  s.Get("/api/tags", handled([this](const httplib::Request&, httplib::Response& res) {
+          res.set_content(ollama_tags(registry_).dump(), "application/json");
+        }));
+  s.Get("/api/ps", handled([this](const httplib::Request&, httplib::Response& res) {
+          res.set_content(ollama_ps(registry_).dump(), "application/json");
+        }));
+  s.Post("/api/show", handled([this](const httplib::Request& req, httplib::Response& res) {
+           const json j = parse_object(req.body);
+           const char* key = j.contains("model") || !j.contains("name") ? "model" : "name";
+           if (!has_field(j, key)) bad_field("model", "'model' is required", "model_required");
+           const std::string model = get_field<std::string>(j, key, "a string");
+           const ModelSettings settings = settings_of(model);
+           res.set_content(ollama_show(registry_, model, settings.chat_template.value_or(options_.chat_template)).dump(),
+                           "application/json");
+         }));
+  auto completion = [this](OllamaEndpoint endpoint) {
+    return [this, endpoint](const httplib::Request& req, httplib::Response& res) {
+      Connections::answering();  // the request is whole: the read timeout no longer runs
+      ++stats_.in_flight;
+      bool streaming = false;
+      try {
+        const OllamaRequest o = parse_ollama_request(req.body, endpoint);
+        if (o.load_only) {
+          ollama_load(res, o.model, o.keep_alive_ms, endpoint == OllamaEndpoint::chat);
+        } else {
+          streaming = complete(res, {[&o](const json& defaults) { return ollama_completion_request(o, defaults); },
+                                     [endpoint](const CompletionRequest& r) { return ollama_answer(r, endpoint); }});
+        }
+      } catch (const std::exception& ex) {
+        ++stats_.error;
+        send_ollama_error(res, to_api_error(ex));
+      }
+      // A stream is counted out when its response is released.
+      if (!streaming) --stats_.in_flight;
+    };
+  };
+  s.Post("/api/chat", completion(OllamaEndpoint::chat));
+  s.Post("/api/generate", completion(OllamaEndpoint::generate));
+  auto embed = [this](bool legacy) {
+    return [this, legacy](const httplib::Request& req, httplib::Response& res) {
+      Connections::answering();  // the request is whole: the read timeout no longer runs
+      ++stats_.in_flight;
+      try {
+        const Steady::time_point start = Steady::now();
+        const OllamaEmbedRequest o = parse_ollama_embed_request(req.body, legacy);
+        const EmbedResult r = embed_input(o.model, o.input, o.keep_alive_ms, o.truncate);
+        const json j = legacy ? json{{"embedding", r.vectors.at(0)}}
+                              : json{{"model", o.model},
+                                     {"embeddings", r.vectors},
+                                     {"total_duration", ollama_ns(Steady::now() - start)},
+                                     {"prompt_eval_count", r.prompt_tokens}};
+        res.set_content(j.dump(), "application/json");
+      } catch (const ClientGone&) {
+        // Counted where it was seen; nobody reads an answer.
+      } catch (const std::exception& ex) {
+        ++stats_.error;
+        send_ollama_error(res, to_api_error(ex));
+      }
+      --stats_.in_flight;
+    };
+  };
+  s.Post("/api/embed", embed(false));
+  s.Post("/api/embeddings", embed(true));
+}
+
+}  // namespace reclaim::server

@@ -1,0 +1,87 @@
+// OpenAI's shapes of a completion's reply: the chat.completion and
+// text_completion objects, and their chunks as server-sent events ending
+// with `data: [DONE]`.
+#include <httplib.h>
+
+#include <atomic>
+#include <chrono>
+
+#include "server/answer.h"
+#include "server/chat_reply.h"
+#include "server/http_errors.h"
+
+namespace reclaim::server {
+
+using nlohmann::json;
+
+namespace {
+
+std::atomic<uint64_t> g_next_id{1};
+
+int64_t unix_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string sse(const json& j) { return "data: " + j.dump() + "\n\n"; }
+
+class OpenAiAnswer : public Answer {
+ public:
+  explicit OpenAiAnswer(const CompletionRequest& req)
+      : req_(req), id_(std::string(req.chat ? "chatcmpl-" : "cmpl-") + std::to_string(g_next_id.fetch_add(1))),
+        created_(unix_now()) {}
+
+  void send_error(httplib::Response& res, const ApiError& e) const override { server::send_error(res, e); }
+
+  std::string whole(const GenerateResult& r, const ChatReply* reply, const json& logprobs) override {
+    json message;
+    const char* finish = openai_finish_reason(r.finish);
+    if (reply) {
+      message = chat_message_json(*reply);
+      finish = chat_finish_reason(r.finish, *reply);
+    }
+    return completion_json(req_, r, message, finish, id_, created_, logprobs).dump();
+  }
+
+  const char* stream_type() const override { return "text/event-stream"; }
+  std::string waiting() const override { return ": waiting for model '" + req_.model + "'\n\n"; }
+
+  std::string text(std::string_view text, const json& logprobs) override {
+    return sse(chunk_json(req_, json(std::string(text)), nullptr, id_, created_, logprobs));
+  }
+
+  std::string delta(const ChatDelta& d, const json& logprobs) override {
+    std::string out = sse(chunk_json(req_, delta_json(d, first_), nullptr, id_, created_, logprobs));
+    first_ = false;
+    return out;
+  }
+
+  std::string end(const GenerateResult& r, const ChatReply* reply, const json& logprobs) override {
+    std::string out;
+    if (reply) {
+      out = sse(chunk_json(req_, delta_json(ChatDelta{}, first_), chat_finish_reason(r.finish, *reply), id_, created_, logprobs));
+    } else {
+      out = sse(chunk_json(req_, json(""), openai_finish_reason(r.finish), id_, created_, logprobs));
+    }
+    if (req_.include_usage) {
+      json u = chunk_json(req_, req_.chat ? json::object() : json(""), nullptr, id_, created_);
+      u["choices"] = json::array();
+      u["usage"] = usage_json(r);
+      out += sse(u);
+    }
+    return out + "data: [DONE]\n\n";
+  }
+
+  std::string stream_error(const ApiError& e) override { return sse(error_json(e)) + "data: [DONE]\n\n"; }
+
+ private:
+  const CompletionRequest& req_;
+  std::string id_;
+  int64_t created_;
+  bool first_ = true;
+};
+
+}  // namespace
+
+std::unique_ptr<Answer> openai_answer(const CompletionRequest& req) { return std::make_unique<OpenAiAnswer>(req); }
+
+}  // namespace reclaim::server

@@ -104,6 +104,61 @@ std::vector<Bad> corpus() {
   return out;
 }
 
+// Ollama's endpoints: the same kinds of mistakes, answered with Ollama's
+// {"error": "..."}.
+std::vector<Bad> ollama_corpus() {
+  std::vector<Bad> out;
+  const json chat = {{"model", "bpe"}, {"messages", json::array({{{"role", "user"}, {"content", "hello"}}})},
+                     {"stream", false}, {"options", {{"num_predict", 2}}}};
+  const json generate = {{"model", "bpe"}, {"prompt", "hello"}, {"stream", false}, {"options", {{"num_predict", 2}}}};
+  const json embed = {{"model", "bpe"}, {"input", "hello"}};
+  for (const std::string& path : {"/api/chat", "/api/generate", "/api/embed", "/api/embeddings", "/api/show"}) {
+    for (const std::string& b : std::vector<std::string>{"", "{", "[]", "42", "null", "{\"model\":}", std::string(100000, '['),
+                                                         "{\"model\":\"b\xc3\"}"}) {
+      out.push_back({path + " body " + b.substr(0, 24), path, b});
+    }
+  }
+  auto field = [&](const std::string& path, json base, const std::string& key, const std::vector<json>& values) {
+    for (const json& v : values) {
+      json j = base;
+      j[key] = v;
+      out.push_back({path + " " + key + "=" + v.dump().substr(0, 40), path, j.dump()});
+    }
+  };
+  for (const std::string& path : {"/api/chat", "/api/generate"}) {
+    const json& base = path == "/api/chat" ? chat : generate;
+    field(path, base, "model", {1, nullptr, json::array(), "", "nope", "../bpe", "a/b", std::string(10000, 'm')});
+    field(path, base, "options",
+          {1, "x", json{{"temperature", "hot"}}, json{{"temperature", -1}}, json{{"num_predict", "x"}}, json{{"num_predict", 1.5}},
+           json{{"num_predict", 1e30}}, json{{"stop", "x"}}, json{{"stop", json::array({1})}}, json{{"top_p", 2}},
+           json{{"seed", "x"}}, json{{"top_k", 1e20}}});
+    field(path, base, "format", {"yaml", 1, json::array(), true});
+    field(path, base, "keep_alive", {"forever", "5x", "x5m", 1e300, "1e300h", json::array(), "1h30"});
+    field(path, base, "stream", {"yes", 1});
+    field(path, base, "think", {1, json::array()});
+  }
+  field("/api/chat", chat, "messages",
+        {"hello", 1, json::array({1}), json::array({{{"role", 1}, {"content", "x"}}}), json::array({{{"role", "user"}}}),
+         json::array({{{"role", "user"}, {"content", 1}}}), json::array({{{"role", "user"}, {"content", "x"}, {"images", {"aGk="}}}}),
+         json::array({{{"role", "assistant"}, {"tool_calls", "x"}}}), json::array({{{"role", "assistant"}, {"tool_calls", {1}}}}),
+         json::array({{{"role", "user"}, {"content", "x"}, {"thinking", 1}}}), json::array({{{"role", "wizard"}, {"content", "x"}}})});
+  field("/api/chat", chat, "tools", {1, json::array({1}), json::array({{{"type", "function"}}})});
+  field("/api/generate", generate, "prompt", {1, json::array(), json::object()});
+  field("/api/generate", generate, "system", {1, json::array()});
+  field("/api/generate", generate, "raw", {"yes", 1});
+  field("/api/generate", generate, "suffix", {"x", 1});
+  field("/api/generate", generate, "template", {"{{ .Prompt }}"});
+  field("/api/generate", generate, "context", {json::array({1, 2}), "x"});
+  field("/api/generate", generate, "images", {json::array({"aGk="}), "x"});
+  field("/api/embed", embed, "input", {1, json::array(), json::array({1}), json::object(), "", json::array({"a", 1})});
+  field("/api/embed", embed, "truncate", {"yes", 1});
+  field("/api/embed", embed, "dimensions", {8});
+  field("/api/embed", embed, "model", {1, "nope", nullptr});
+  field("/api/embeddings", {{"model", "bpe"}, {"prompt", "x"}}, "prompt", {1, json::array({"a"}), nullptr});
+  field("/api/show", {{"model", "bpe"}}, "model", {1, "nope", nullptr, "../x"});
+  return out;
+}
+
 // The status line of an HTTP response, or 0.
 int status_of(const std::string& response) {
   if (response.rfind("HTTP/1.1 ", 0) != 0 || response.size() < 12) return 0;
@@ -125,6 +180,26 @@ TEST(BadInput, EveryMalformedBodyIsA4xxThatSaysWhat) {
     EXPECT_TRUE(j.is_object() && j.contains("error") && j["error"]["message"].is_string()) << c.name << ": " << r->body;
   }
   auto good = s.post("/v1/chat/completions", good_chat());
+  ASSERT_TRUE(good);
+  EXPECT_EQ(good->status, 200) << good->body;
+  s.expect_clean();
+}
+
+TEST(BadInput, EveryMalformedOllamaBodyIsA4xxWithOllamasError) {
+  Served s;
+  const std::vector<Bad> cases = ollama_corpus();
+  EXPECT_GE(cases.size(), 120u);
+  for (const Bad& c : cases) {
+    auto r = s.http().Post(c.path.c_str(), c.body, "application/json");
+    ASSERT_TRUE(r) << c.name << ": no answer";
+    EXPECT_GE(r->status, 400) << c.name << ": " << r->body;
+    EXPECT_LT(r->status, 500) << c.name << ": " << r->body;
+    const json j = json::parse(r->body, nullptr, false);
+    EXPECT_TRUE(j.is_object() && j.contains("error") && j["error"].is_string() && !j["error"].get<std::string>().empty())
+        << c.name << ": " << r->body;
+  }
+  auto good = s.post("/api/chat", {{"model", "bpe"}, {"messages", json::array({{{"role", "user"}, {"content", "hello"}}})},
+                                   {"stream", false}, {"options", {{"num_predict", 2}}}});
   ASSERT_TRUE(good);
   EXPECT_EQ(good->status, 200) << good->body;
   s.expect_clean();

@@ -44,7 +44,7 @@ void check_budget_places(const MemoryBudget& budget) {
 }
 
 struct Args {
-  std::vector<std::string> models, pins, preload;
+  std::vector<std::string> models, pins, preload, cors_origins;
   std::string config;
   std::string models_dir, host = "127.0.0.1", api_key, api_key_file, memory_budget = "0", keep_alive = "5m";
   std::string cache_ram = "2GiB";
@@ -342,6 +342,8 @@ int serve(const Args& a) {
   so.host = a.host;
   so.port = a.port;
   so.api_key = a.api_key;
+  if (!a.cors_origins.empty()) so.cors_origins = a.cors_origins;
+  for (const std::string& o : so.cors_origins) server::check_cors_origin(o);
   if (!a.api_key_file.empty()) {
     std::FILE* f = std::fopen(a.api_key_file.c_str(), "r");
     if (!f) throw Error("--api-key-file '" + a.api_key_file + "' cannot be read: " + std::strerror(errno));
@@ -423,6 +425,10 @@ Command add_serve(CLI::App& app) {
   sub->add_option("--shutdown-timeout", a->shutdown_timeout, "how long requests may run after SIGTERM")->capture_default_str();
   sub->add_option("--api-key", a->api_key, "require Authorization: Bearer KEY on every endpoint but /health");
   sub->add_option("--api-key-file", a->api_key_file, "read the API key from this file");
+  sub->add_option("--cors-origin", a->cors_origins,
+                  "a web page's origin that may call the server from a browser (repeatable): scheme://host[:port], "
+                  "'localhost' (any port of localhost, 127.0.0.1, [::1]; the default) or '*'; others are refused (403)")
+      ->take_all();
   sub->add_option("--chat-template", a->chat_template, "chat template for every model (a built-in name or template text)");
   sub->add_option("--ctx", a->ctx, "context size of each request")->capture_default_str()->check(CLI::Range(16, 1 << 24));
   sub->add_option("--batch", a->batch, "prompt tokens per decode step")->capture_default_str()->check(CLI::Range(1, 1 << 20));

@@ -44,7 +44,7 @@ void guarded(httplib::Response& res, F&& f) {
 }  // namespace
 
 Server::Server(ServerOptions options, Registry& registry)
-    : options_(std::move(options)), unload_timeout_(options_.unload_timeout), registry_(registry),
+    : options_(std::move(options)), cors_(options_.cors_origins), unload_timeout_(options_.unload_timeout), registry_(registry),
       http_(std::make_unique<httplib::Server>()) {
   // The threads that stay start here, not when listening starts, so that
   // they are in the baseline that residues are counted from. httplib deletes
@@ -131,6 +131,36 @@ void Server::routes() {
                        "the request has " + std::to_string(req.headers.size()) + " header fields; at most " +
                            std::to_string(kMaxHeaders) + " are accepted",
                        0});
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    // CORS (server/cors.h): the page's origin, when a browser sends one.
+    const std::string origin = req.get_header_value("Origin");
+    const bool origin_ok = cors_.allows(origin, req.get_header_value("Host"));
+    if (!origin.empty() && origin_ok) {
+      res.set_header("Access-Control-Allow-Origin", origin);
+      res.set_header("Vary", "Origin");
+    }
+    if (req.method == "OPTIONS") {
+      // A preflight: browsers send it without the key. It grants nothing
+      // but the asking; the request that follows still needs the key.
+      if (!origin.empty() && origin_ok) {
+        res.set_header("Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
+        const std::string asked = req.get_header_value("Access-Control-Request-Headers");
+        res.set_header("Access-Control-Allow-Headers", asked.empty() ? "Authorization, Content-Type" : asked);
+        res.set_header("Access-Control-Max-Age", "600");
+      }
+      res.status = 204;
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    if (!origin_ok) {
+      // Quoted as printable ASCII: a header may hold any bytes, and JSON
+      // text must be UTF-8.
+      std::string shown = origin.substr(0, 200);
+      for (char& c : shown) {
+        if (c < 0x20 || c > 0x7e) c = '?';
+      }
+      send_error(res, {403, "invalid_request_error", "origin_not_allowed",
+                       "a page of '" + shown + "' may not call this server (allow it with --cors-origin)", 0});
       return httplib::Server::HandlerResponse::Handled;
     }
     if (options_.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;

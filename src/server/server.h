@@ -24,6 +24,7 @@
 #include "engine/generate.h"
 #include "server/answer.h"
 #include "server/connections.h"
+#include "server/cors.h"
 #include "server/metrics.h"
 #include "server/worker_pool.h"
 #include "runtime/registry.h"
@@ -40,6 +41,7 @@ struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;                     // 0: any free port
   std::string api_key;                 // empty: no auth
+  std::vector<std::string> cors_origins = {"localhost"};  // server/cors.h
   size_t max_body = 8u << 20;          // bytes; larger bodies get 413
   std::string chat_template;           // overrides the models' own
   // Asked on a request for a name the server does not have: looks for more
@@ -104,6 +106,7 @@ class Server {
   ModelSettings settings_of(const std::string& model);
   HttpStats http_stats() const;
   ServerOptions options_;
+  CorsPolicy cors_;
   Millis unload_timeout_;
   Registry& registry_;
   RequestStats stats_;

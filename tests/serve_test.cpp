@@ -7,6 +7,9 @@
 #include <httplib.h>
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <regex>
+
 #include <nlohmann/json.hpp>
 #include <filesystem>
 #include <fstream>
@@ -340,6 +343,47 @@ TEST(Serve, MetricsAndPsShowTheModelsAndTheRequests) {
   ps = run("ps --url http://127.0.0.1:1");
   EXPECT_EQ(ps.status, 2);
   EXPECT_NE(ps.out.find("cannot reach"), std::string::npos) << ps.out;
+}
+
+// The bpe row of the last whole frame `reclaim ps --watch` drew (frames
+// start with the cursor home and end by clearing what is below).
+std::string last_bpe_row(const std::string& out) {
+  const size_t end = out.rfind("\x1b[J");
+  if (end == std::string::npos) return "";
+  const size_t start = out.rfind("\x1b[H", end);
+  const std::string frame = out.substr(start, end - start);
+  const size_t row = frame.find("\nbpe ");
+  return row == std::string::npos ? "" : frame.substr(row + 1, frame.find('\n', row + 1) - row - 1);
+}
+
+TEST(Serve, PsWatchRedrawsInPlaceAndFollowsAnUnload) {
+  Served s({"--keep-alive", "10m"});
+  s.post_json("/v1/models/load", {{"model", "bpe"}});
+  Child watch({"ps", "--watch", "--every", "0.2", "--url", "http://127.0.0.1:" + std::to_string(s.port())});
+  // Loaded, with the keep-alive left (9m59s or so) in its row.
+  auto until_row = [&](const std::function<bool(const std::string&)>& pred) {
+    return s.until([&] {
+      watch.wait_for_output(watch.so_far().out.size() + 1, 0.2);
+      return pred(last_bpe_row(watch.so_far().out));
+    });
+  };
+  const std::regex minutes_left(" [0-9]m[0-9][0-9]s ");
+  EXPECT_TRUE(until_row([&](const std::string& r) { return r.find(" loaded ") != std::string::npos && std::regex_search(r, minutes_left); }))
+      << watch.so_far().out.substr(0, 2000);
+  s.post_json("/v1/models/unload", {{"model", "bpe"}});
+  EXPECT_TRUE(until_row([](const std::string& r) { return r.find(" unloaded ") != std::string::npos; }))
+      << last_bpe_row(watch.so_far().out);
+  // Every frame is drawn over the one before: the cursor goes home, never
+  // a newline past the screen's end.
+  const std::string& out = watch.so_far().out;
+  size_t frames = 0;
+  for (size_t at = out.find("\x1b[H"); at != std::string::npos; at = out.find("\x1b[H", at + 1)) ++frames;
+  EXPECT_GE(frames, 2u);
+  EXPECT_EQ(out.rfind("\x1b[H", 0), 0u) << "the first frame does not start at home";
+  watch.signal(SIGINT);
+  watch.wait();
+  EXPECT_EQ(run("ps --every 0.2").status, 2);  // --every belongs to --watch
+  s.expect_clean();
 }
 
 TEST(Serve, TheOfficialOpenAINodeSdkStreamsAChat) {

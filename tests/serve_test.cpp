@@ -8,7 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
-#include <regex>
+#include <cstdlib>
 
 #include <nlohmann/json.hpp>
 #include <filesystem>
@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "served.h"
+#include "temp_path.h"
 
 using namespace reclaim::testing;
 using nlohmann::json;
@@ -343,6 +344,43 @@ TEST(Serve, MetricsAndPsShowTheModelsAndTheRequests) {
   ps = run("ps --url http://127.0.0.1:1");
   EXPECT_EQ(ps.status, 2);
   EXPECT_NE(ps.out.find("cannot reach"), std::string::npos) << ps.out;
+}
+
+// Prometheus' own checker (Debian's prometheus package, which set-up
+// installs) on /metrics taken while streams run, and the histograms filled.
+TEST(Serve, MetricsPassPromtoolWhileRequestsRun) {
+  ASSERT_EQ(std::system("command -v promtool >/dev/null"), 0) << "promtool is not installed (scripts/setup installs prometheus)";
+  Served s({"--parallel", "2"});
+  std::vector<std::thread> clients;
+  for (int i = 0; i < 2; ++i) {
+    clients.emplace_back([&s] {
+      httplib::Client c("127.0.0.1", s.port());
+      c.set_read_timeout(120, 0);
+      (void)c.Post("/v1/chat/completions", chat(48, true).dump(), "application/json");
+    });
+  }
+  std::string last;
+  int checked = 0;
+  s.until([&] {
+    auto m = s.http().Get("/metrics");
+    if (!m) return false;
+    last = m->body;
+    const std::string file = reclaim::testing::temp_path("metrics.txt");
+    std::ofstream(file) << last;
+    EXPECT_EQ(std::system(("promtool check metrics < " + file + " > " + file + ".out 2>&1").c_str()), 0)
+        << std::ifstream(file + ".out").rdbuf() << "\n" << last;
+    ++checked;
+    return s.model("bpe")["loads"] == 1 && s.model("bpe")["in_flight"] == 0 && checked >= 3;
+  });
+  for (std::thread& t : clients) t.join();
+  auto m = s.http().Get("/metrics");
+  ASSERT_TRUE(m);
+  for (const char* want : {"reclaim_first_token_seconds_count 2\n", "reclaim_generation_tokens_per_second_count 2\n",
+                           "reclaim_model_load_seconds_count 1\n", "reclaim_first_token_seconds_bucket{le=\"+Inf\"} 2\n",
+                           "# TYPE reclaim_queue_wait_seconds histogram\n"}) {
+    EXPECT_NE(m->body.find(want), std::string::npos) << want << "\n" << m->body;
+  }
+  s.expect_clean();
 }
 
 // The bpe row of the last whole frame `reclaim ps --watch` drew (frames

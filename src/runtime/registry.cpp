@@ -247,6 +247,7 @@ void Registry::load_locked(std::unique_lock<std::mutex>& lock, Entry& e, int64_t
   e.progress = 1;
   ++e.loads;
   e.last_load_ms = ms;
+  loads_.observe(ms / 1000);
   e.loaded_at = Steady::now();
   e.last_use = std::chrono::system_clock::now();
   e.last_use_steady = Steady::now();
@@ -376,6 +377,7 @@ void Registry::finish_unload_locked(std::unique_lock<std::mutex>& lock, Entry& e
   e.expires = Steady::time_point::max();
   ++e.unloads;
   e.last_unload_ms = ms;
+  unloads_.observe(ms / 1000);
   // The last model gone: what the heap still holds beyond the start is the
   // accelerator's (its pipelines), for the ledger's device-state entry.
   const bool none_loaded = std::all_of(entries_.begin(), entries_.end(), [](const Entry& o) {
@@ -497,6 +499,9 @@ SchedulerStats Registry::scheduler() const {
   std::lock_guard lock(mu_);
   SchedulerStats s = sched_;
   for (const Turn& t : line_) s.line.push_back(t.entry->spec.name);
+  s.wait_histogram = waits_.counts();
+  s.load_histogram = loads_.counts();
+  s.unload_histogram = unloads_.counts();
   return s;
 }
 

@@ -37,6 +37,7 @@
 
 #include "core/cancel.h"
 #include "core/error.h"
+#include "core/histogram.h"
 #include "core/scope.h"
 #include "engine/batcher.h"
 #include "engine/model.h"
@@ -149,6 +150,9 @@ struct SchedulerStats {
   uint64_t gone = 0;            // clients that left while waiting
   int waiting = 0;              // requests waiting now
   std::vector<std::string> line;  // the models waiting for room, first first
+  // Seconds, by bucket: each wait for a slot, a load or a swap; each load
+  // and unload.
+  HistogramCounts wait_histogram, load_histogram, unload_histogram;
 };
 
 struct ModelStatus {
@@ -304,6 +308,11 @@ class Registry {
   std::list<Turn> line_;      // models waiting for room, first in first
   uint64_t next_ticket_ = 1;
   SchedulerStats sched_;
+  // The buckets Prometheus' clients use by default, from 5 ms to 10 s, and
+  // beyond for waits and loads of large models.
+  Histogram waits_{{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300}};
+  Histogram loads_{{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300}};
+  Histogram unloads_{{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}};
   bool stopping_ = false;
   std::thread reaper_;
   CleanupId reaper_cleanup_ = 0;

@@ -41,7 +41,9 @@ bool Registry::admit_locked(std::unique_lock<std::mutex>& lock, Entry& e, const 
       --e.queued;
       --sched_.waiting;
       ++sched_.waits;
-      sched_.wait_seconds += std::chrono::duration<double>(Steady::now() - t0).count();
+      const double waited = std::chrono::duration<double>(Steady::now() - t0).count();
+      sched_.wait_seconds += waited;
+      waits_.observe(waited);
     }
     cv_.notify_all();
     if (e.retired) reaper_cv_.notify_all();  // it may be dropped now

@@ -160,6 +160,8 @@ void Server::count_tokens(const GenerateResult& r) {
   stats_.prompt_tokens += static_cast<uint64_t>(r.timings.prompt_tokens);
   stats_.cached_prompt_tokens += static_cast<uint64_t>(r.timings.cached_tokens);
   stats_.completion_tokens += static_cast<uint64_t>(r.timings.generated_tokens);
+  if (r.timings.generated_tokens > 0) stats_.first_token_seconds.observe(r.timings.first_token_ms / 1000);
+  if (r.timings.generated_tokens > 1 && r.timings.generate_ms > 0) stats_.tokens_per_second.observe(r.timings.generate_per_second());
 }
 
 bool Server::complete(httplib::Response& res, const CompletionCall& call) {

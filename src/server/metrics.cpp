@@ -35,6 +35,19 @@ class Writer {
     if (!labels.empty()) out_ << '{' << labels << '}';
     out_ << ' ' << value << '\n';
   }
+  // A histogram's buckets (cumulative, then +Inf), sum and count.
+  void histogram(const char* name, const char* help, const HistogramCounts& h) {
+    family(name, "histogram", help);
+    const std::string bucket = std::string(name) + "_bucket";
+    for (size_t i = 0; i < h.bounds.size(); ++i) {
+      std::ostringstream le;
+      le << h.bounds[i];
+      sample(bucket.c_str(), "le=\"" + le.str() + "\"", h.at_most[i]);
+    }
+    sample(bucket.c_str(), "le=\"+Inf\"", h.count);
+    sample((std::string(name) + "_sum").c_str(), "", h.sum);
+    sample((std::string(name) + "_count").c_str(), "", h.count);
+  }
   std::string str() const { return out_.str(); }
 
  private:
@@ -137,9 +150,13 @@ std::string metrics_text(const Registry& registry, const Usage& baseline, const 
     w.sample(name, "", value);
   };
   single("reclaim_queue_waiting", "gauge", "Requests waiting now for a slot, a load or a swap.", sched.waiting);
-  w.family("reclaim_queue_wait_seconds", "summary", "Time requests waited for a slot, a load or a swap.");
-  w.sample("reclaim_queue_wait_seconds_sum", "", sched.wait_seconds);
-  w.sample("reclaim_queue_wait_seconds_count", "", sched.waits);
+  w.histogram("reclaim_queue_wait_seconds", "Time requests waited for a slot, a load or a swap.", sched.wait_histogram);
+  w.histogram("reclaim_model_load_seconds", "Time each load of a model took.", sched.load_histogram);
+  w.histogram("reclaim_model_unload_seconds", "Time each unload of a model took.", sched.unload_histogram);
+  w.histogram("reclaim_first_token_seconds", "Time from a completion's start on its model (after any wait for it) to its first token.",
+              stats.first_token_seconds.counts());
+  w.histogram("reclaim_generation_tokens_per_second", "Each completion's generation rate, in tokens a second.",
+              stats.tokens_per_second.counts());
   single("reclaim_queue_timeouts_total", "counter", "Requests that waited past --queue-timeout.", sched.timeouts);
   single("reclaim_queue_client_gone_total", "counter", "Requests whose client left while they waited.", sched.gone);
   single("reclaim_swaps_total", "counter", "Models unloaded to make room for a model that waited.", sched.evictions);

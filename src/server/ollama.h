@@ -39,6 +39,10 @@ struct OllamaRequest {
   bool predict_given = false;      // options.num_predict was sent
 };
 
+// A body's model: "model", or "name" as older clients call it (400 when
+// neither is a string).
+std::string ollama_model(const nlohmann::json& body);
+
 // Throws ApiException (400) naming the field that is wrong.
 OllamaRequest parse_ollama_request(const std::string& body, OllamaEndpoint endpoint);
 // The request as reclaim runs it; `defaults`: the model's own default fields

@@ -110,13 +110,16 @@ json openai_messages(const json& list) {
 
 }  // namespace
 
+std::string ollama_model(const json& j) {
+  const char* key = j.contains("model") || !j.contains("name") ? "model" : "name";
+  if (!has_field(j, key)) bad_field("model", "'model' is required", "model_required");
+  return get_field<std::string>(j, key, "a string");
+}
+
 OllamaRequest parse_ollama_request(const std::string& body, OllamaEndpoint endpoint) {
   const json j = parse_object(body);
   OllamaRequest o;
-  // "name" is the older clients' word for it.
-  const char* model_key = j.contains("model") || !j.contains("name") ? "model" : "name";
-  if (!has_field(j, model_key)) bad_field("model", "'model' is required", "model_required");
-  o.model = get_field<std::string>(j, model_key, "a string");
+  o.model = ollama_model(j);
   o.openai["model"] = o.model;
   o.openai["stream"] = has_field(j, "stream") ? get_field<bool>(j, "stream", "true or false") : true;
   if (has_field(j, "keep_alive")) {
@@ -184,9 +187,7 @@ CompletionRequest ollama_completion_request(const OllamaRequest& o, const json& 
 OllamaEmbedRequest parse_ollama_embed_request(const std::string& body, bool legacy) {
   const json j = parse_object(body);
   OllamaEmbedRequest r;
-  const char* model_key = j.contains("model") || !j.contains("name") ? "model" : "name";
-  if (!has_field(j, model_key)) bad_field("model", "'model' is required", "model_required");
-  r.model = get_field<std::string>(j, model_key, "a string");
+  r.model = ollama_model(j);
   const char* input_key = legacy ? "prompt" : "input";
   if (!has_field(j, input_key)) bad_field(input_key, std::string("'") + input_key + "' is required");
   const json& in = j[input_key];

@@ -5,7 +5,6 @@
 
 #include "server/connections.h"
 #include "server/http_errors.h"
-#include "server/json_fields.h"
 #include "server/ollama.h"
 #include "server/server.h"
 
@@ -63,10 +62,7 @@ void Server::ollama_routes() {
           res.set_content(ollama_ps(registry_).dump(), "application/json");
         }));
   s.Post("/api/show", handled([this](const httplib::Request& req, httplib::Response& res) {
-           const json j = parse_object(req.body);
-           const char* key = j.contains("model") || !j.contains("name") ? "model" : "name";
-           if (!has_field(j, key)) bad_field("model", "'model' is required", "model_required");
-           const std::string model = get_field<std::string>(j, key, "a string");
+           const std::string model = ollama_model(parse_object(req.body));
            const ModelSettings settings = settings_of(model);
            res.set_content(ollama_show(registry_, model, settings.chat_template.value_or(options_.chat_template)).dump(),
                            "application/json");

@@ -98,6 +98,8 @@ std::vector<Bad> corpus() {
   // The control endpoints.
   field("/v1/models/load", json{{"model", "bpe"}}, "model", {1, nullptr, "nope", "../x", ""});
   field("/v1/models/load", json{{"model", "bpe"}}, "pin", {"yes", 1});
+  field("/v1/models/pin", json{{"model", "bpe"}}, "model", {1, nullptr, "nope", "../x", ""});
+  field("/v1/models/pin", json{{"model", "bpe"}}, "pin", {"yes", 1, json::array()});
   field("/v1/models/unload", json{{"model", "bpe"}}, "model", {1, "nope", "a/b"});
   field("/v1/models/unload", json{{"model", "bpe"}}, "mode", {"later", 1, json::array()});
   field("/v1/models/unload", json{{"model", "bpe"}}, "timeout", {"soon", 1e300, json::object()});

@@ -95,12 +95,12 @@ TEST(Serve, EveryThreadOfTheServerIsOnTheLedgerUnderItsOwner) {
     }
     return std::make_pair(by_owner, all);
   };
-  // Idle: the accept loop, the HTTP threads that stay and the watchdog, the
-  // reaper, the vetter.
+  // Idle: the accept loop, the HTTP threads that stay, the watchdog and the
+  // dashboard's history sampler, the reaper, the vetter.
   json r = s.get("/v1/resources");
   auto [idle, idle_all] = threads_on_ledger(r);
   EXPECT_EQ(idle["serve"], 1) << r["ledger"].dump();
-  EXPECT_EQ(idle["http"], 4 + 1) << r["ledger"].dump();  // and the read-timeout watchdog
+  EXPECT_EQ(idle["http"], 4 + 1 + 1) << r["ledger"].dump();  // and the read-timeout watchdog, the sampler
   EXPECT_EQ(idle["registry"], 1) << r["ledger"].dump();
   EXPECT_EQ(idle["vetter"], 1) << r["ledger"].dump();
   // Every thread the kernel counts is one of those, or the main thread (a

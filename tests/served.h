@@ -31,7 +31,7 @@ inline std::vector<std::string> held_beyond_standing(const json& ledger) {
   std::vector<std::string> out;
   for (const json& e : ledger["entries"]) {
     const std::string owner = e["owner"], kind = e["kind"];
-    const bool standing = (kind == "thread" && (owner == "serve" || owner == "http/workers" ||
+    const bool standing = (kind == "thread" && (owner == "serve" || owner == "http" || owner == "http/workers" ||
                                                  owner == "http/connections" || owner == "registry")) ||
                           (owner == "vetter" && (kind == "thread" || kind == "fd")) ||
                           (owner == "runtime" && kind == "device_state");

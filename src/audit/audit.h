@@ -8,16 +8,11 @@
 #include <vector>
 
 #include "audit/cycles.h"
+#include "core/thresholds.h"
 
 namespace reclaim::audit {
 
-struct Thresholds {
-  int64_t anon_residue = 1 << 20;  // bytes, after any cycle
-  int64_t anon_growth = 64 << 10;  // bytes, last cycle's residue minus the first's
-  int64_t locked = 0;              // bytes
-  int64_t fds = 0, threads = 0, maps = 0;
-  int64_t device = 0;              // bytes
-};
+using reclaim::Thresholds;
 
 struct AuditOptions {
   CycleOptions cycle;  // scenario is set per run

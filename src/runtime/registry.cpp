@@ -155,6 +155,18 @@ void Registry::load(const std::string& name, bool pin, const Wait& wait) {
   }
 }
 
+void Registry::set_pinned(const std::string& name, bool pinned) {
+  check_name(name);
+  std::lock_guard lock(mu_);
+  Entry& e = find_locked(name);
+  e.spec.pinned = pinned;
+  if (e.in_flight == 0 && e.model) {
+    const Millis ka = keep_alive_of(e);
+    e.expires = pinned || ka.count() < 0 ? Steady::time_point::max() : Steady::now() + ka;
+  }
+  reaper_cv_.notify_all();
+}
+
 int64_t Registry::estimate_for_locked(std::unique_lock<std::mutex>& lock, Entry& e) {
   ModelLoad load = model_load(e);
   const VetRequest vet = vet_request(e);

@@ -206,6 +206,9 @@ class Registry {
   Lease acquire(const std::string& name, Millis keep_alive = Millis(-2), const Wait& wait = {});
   // Loads without a request; `pin` keeps it from eviction and keep-alive.
   void load(const std::string& name, bool pin = false, const Wait& wait = {});
+  // Pins or unpins without loading: a pinned model is never evicted nor
+  // unloaded by keep-alive; one unpinned now gets its keep-alive from now.
+  void set_pinned(const std::string& name, bool pinned);
   // Returns once the model is unloaded. drain: waits up to `timeout` for the
   // requests in flight, then cancels them; cancel: cancels them at once.
   void unload(const std::string& name, UnloadMode mode, Millis timeout);

@@ -50,8 +50,6 @@ void Server::ollama_routes() {
       }
     };
   };
-  // Clients probe the root to see that a server is there.
-  s.Get("/", handled([](const httplib::Request&, httplib::Response& res) { res.set_content("reclaim is running", "text/plain"); }));
   s.Get("/api/version", handled([](const httplib::Request&, httplib::Response& res) {
           res.set_content(json{{"version", kOllamaApiVersion}}.dump(), "application/json");
         }));

@@ -354,6 +354,15 @@ ControlRequest parse_control_request(const std::string& body, bool unload) {
   return c;
 }
 
+ControlRequest parse_pin_request(const std::string& body) {
+  const json j = parse_object(body);
+  ControlRequest c;
+  if (!j.contains("model")) bad_request("'model' is required", "model_required");
+  c.model = get_field<std::string>(j, "model", "a string");
+  c.pin = !j.contains("pin") || j["pin"].is_null() || get_field<bool>(j, "pin", "true or false");
+  return c;
+}
+
 json usage_json(const GenerateResult& r) {
   return {{"prompt_tokens", r.timings.prompt_tokens},
           {"completion_tokens", r.timings.generated_tokens},

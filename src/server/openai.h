@@ -71,6 +71,8 @@ struct ControlRequest {
   std::optional<int64_t> timeout_ms;
 };
 ControlRequest parse_control_request(const std::string& body, bool unload);
+// POST /v1/models/pin {"model", "pin": true|false}; pin defaults to true.
+ControlRequest parse_pin_request(const std::string& body);
 // "5m", "30s", "1h", "250ms", a number of seconds, -1 (never) or 0.
 int64_t parse_duration_ms(const nlohmann::json& v, const std::string& field);
 

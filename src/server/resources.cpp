@@ -1,5 +1,6 @@
 #include "server/resources.h"
 
+#include "core/heap.h"
 #include "core/ledger.h"
 #include "server/connections.h"
 
@@ -57,7 +58,35 @@ json usage_figures_json(const Usage& u) {
   return j;
 }
 
-json resources_json(const Registry& registry, const Usage& baseline) {
+json residue_verdict(const Registry& registry, const Baseline& baseline, const Usage& residue) {
+  const LedgerTotals total = Ledger::process().totals();
+  int loaded = 0;
+  for (const ModelStatus& s : registry.list()) loaded += s.state != ModelState::unloaded;
+  const int64_t held_entries = static_cast<int64_t>(total.count) - static_cast<int64_t>(baseline.ledger_count);
+  const int64_t held_bytes = static_cast<int64_t>(total.bytes) - static_cast<int64_t>(baseline.ledger_bytes);
+  const Thresholds limits;
+  json checks = json::array();
+  bool over = false;
+  auto check = [&](const char* figure, int64_t value, int64_t limit) {
+    checks.push_back({{"figure", figure}, {"value", value}, {"limit", limit}, {"ok", value <= limit}});
+    over = over || value > limit;
+  };
+  check("anon+swap", residue.anon + residue.swap, limits.anon_residue);
+  check("locked", residue.locked, limits.locked);
+  check("fds", residue.fds, limits.fds);
+  check("threads", residue.threads, limits.threads);
+  check("maps", residue.maps, limits.maps);
+  check("device", residue.device_used, limits.device);
+  const bool holding = loaded > 0 || held_entries > 0 || held_bytes > 0;
+  return {{"verdict", holding ? "holding" : over ? "over" : "clean"},
+          {"models_loaded", loaded},
+          {"held_entries", held_entries},
+          {"held_bytes", held_bytes},
+          {"checks", checks}};
+}
+
+json resources_json(const Registry& registry, const Baseline& base, size_t open_connections) {
+  const Usage& baseline = base.usage;
   Ledger& ledger = Ledger::process();
   const auto now = std::chrono::steady_clock::now();
   json entries = json::array();
@@ -83,10 +112,19 @@ json resources_json(const Registry& registry, const Usage& baseline) {
   json by_owner = json::object();
   for (const auto& [owner, t] : ledger.by_owner()) by_owner[owner] = {{"count", t.count}, {"bytes", t.bytes}};
   const LedgerTotals total = ledger.totals();
-  const Usage now_usage = Usage::capture();
+  Usage now_usage = Usage::capture();
+  // Heap freed while the figures were read (a browser's polls during an
+  // unload) is given back before it is judged, as the history's sampler would
+  // a second later (server/history.cpp).
+  if (now_usage.heap_free > Thresholds{}.anon_residue) {
+    release_free_heap();
+    now_usage = Usage::capture();
+  }
   Usage residue = now_usage - baseline;
-  // The connection this request came on is open while it is measured.
-  residue.fds -= Connections::own_fds();
+  // The clients' connections are open while they are measured: a socket and
+  // the watchdog's duplicate each (server/connections.h). A browser keeps
+  // several.
+  residue.fds -= 2 * static_cast<int64_t>(open_connections);
   return {{"ledger",
            {{"count", total.count},
             {"bytes", total.bytes},
@@ -98,6 +136,7 @@ json resources_json(const Registry& registry, const Usage& baseline) {
           {"usage", usage_figures_json(now_usage)},
           {"baseline", usage_figures_json(baseline)},
           {"residue", usage_figures_json(residue)},
+          {"residue_verdict", residue_verdict(registry, base, residue)},
           {"models", models_json(registry)["data"]},
           {"accounted", registry.accounted()},
           {"memory_budget", registry.options().memory_budget},

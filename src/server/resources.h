@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/thresholds.h"
 #include "core/usage.h"
 #include "runtime/registry.h"
 
@@ -11,8 +12,18 @@ namespace reclaim::server {
 
 nlohmann::json models_json(const Registry& registry);
 nlohmann::json model_json(const ModelStatus& s);
-// `baseline`: the process just before the first model could load.
-nlohmann::json resources_json(const Registry& registry, const Usage& baseline);
+// What the server held when it started listening, before any model could load.
+struct Baseline {
+  Usage usage;
+  uint64_t ledger_count = 0, ledger_bytes = 0;  // the ledger's totals then
+};
+// `open_connections`: the clients' connections open now (Connections::open()).
+nlohmann::json resources_json(const Registry& registry, const Baseline& baseline, size_t open_connections);
+// Whether what the process holds beyond its start is given back: "holding"
+// while models or caches are on the ledger beyond the baseline (their memory
+// is accounted, not residue), else "clean" when every residue is within the
+// audit's thresholds (core/thresholds.h), or "over" with the figures beyond.
+nlohmann::json residue_verdict(const Registry& registry, const Baseline& baseline, const Usage& residue);
 nlohmann::json usage_figures_json(const Usage& u);
 
 }  // namespace reclaim::server

@@ -1,14 +1,18 @@
 #include "server/server.h"
 
 #include <httplib.h>
+#include <openssl/evp.h>
 
 #include <atomic>
 #include <cerrno>
+#include <cmath>
+#include <cstdlib>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
 
+#include "core/ledger.h"
 #include "server/accepted.h"
 #include "server/http_errors.h"
 #include "server/metrics.h"
@@ -25,6 +29,25 @@ bool same_secret(const std::string& a, const std::string& b) {
   unsigned char diff = a.size() == b.size() ? 0 : 1;
   for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ (i < b.size() ? b[i] : 0));
   return diff == 0;
+}
+
+bool key_in_authorization(const std::string& auth, const std::string& key) {
+  const std::string bearer = "Bearer ", basic = "Basic ";
+  if (auth.rfind(bearer, 0) == 0) return same_secret(auth.substr(bearer.size()), key);
+  if (auth.rfind(basic, 0) != 0) return false;
+  // A browser's login (the dashboard): any user name, the key as password.
+  const std::string encoded = auth.substr(basic.size());
+  if (encoded.empty() || encoded.size() % 4 != 0 || encoded.size() > 4096) return false;
+  std::string decoded(encoded.size() / 4 * 3, '\0');
+  const int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(decoded.data()),
+                                reinterpret_cast<const unsigned char*>(encoded.data()), static_cast<int>(encoded.size()));
+  if (n < 0) return false;
+  // EVP_DecodeBlock counts the padding's bytes as zeros.
+  size_t size = static_cast<size_t>(n);
+  for (size_t i = encoded.size(); i > 0 && encoded[i - 1] == '='; --i) --size;
+  decoded.resize(size);
+  const size_t colon = decoded.find(':');
+  return colon != std::string::npos && same_secret(decoded.substr(colon + 1), key);
 }
 
 namespace {
@@ -64,6 +87,7 @@ Server::Server(ServerOptions options, Registry& registry)
     Server& server;
   };
   http_->new_task_queue = [this] { return new Forward(*this); };
+  history_ = std::make_unique<ResourceHistory>(scope_, registry_, options_.history_every, options_.history_samples);
   http_->set_payload_max_length(options_.max_body);
   // The end of each answer (a stream's included): the connection's next
   // request must come within the read timeout.
@@ -115,8 +139,11 @@ void Server::run() { http_->listen_after_bind(); }
 bool Server::running() const { return http_->is_running(); }
 
 void Server::set_baseline(Usage baseline) {
+  const LedgerTotals ledger = Ledger::process().totals();
   std::lock_guard lock(baseline_mu_);
-  baseline_ = std::move(baseline);
+  baseline_.usage = std::move(baseline);
+  baseline_.ledger_count = ledger.count;
+  baseline_.ledger_bytes = ledger.bytes;
 }
 
 void Server::stop() { http_->stop(); }
@@ -164,9 +191,9 @@ void Server::routes() {
       return httplib::Server::HandlerResponse::Handled;
     }
     if (options_.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
-    const std::string auth = req.get_header_value("Authorization");
-    const std::string prefix = "Bearer ";
-    if (auth.rfind(prefix, 0) != 0 || !same_secret(auth.substr(prefix.size()), options_.api_key)) {
+    if (!key_in_authorization(req.get_header_value("Authorization"), options_.api_key)) {
+      // A browser asks for the key as a login's password (any user name).
+      res.set_header("WWW-Authenticate", "Basic realm=\"reclaim\", charset=\"UTF-8\"");
       send_error(res, {401, "invalid_request_error", "invalid_api_key", "missing or wrong API key (Authorization: Bearer KEY)", 0});
       return httplib::Server::HandlerResponse::Handled;
     }
@@ -207,12 +234,27 @@ void Server::routes() {
   });
   s.Get("/v1/resources", [this](const httplib::Request&, httplib::Response& res) {
     Connections::answering();  // the request is whole: the read timeout no longer runs
-    Usage baseline;
+    Baseline baseline;
     {
       std::lock_guard lock(baseline_mu_);
       baseline = baseline_;
     }
-    res.set_content(resources_json(registry_, baseline).dump(), "application/json");
+    res.set_content(resources_json(registry_, baseline, connections_->open()).dump(), "application/json");
+  });
+  // The dashboard's chart: ?since=T (seconds since the epoch) for what came after T.
+  s.Get("/v1/resources/history", [this](const httplib::Request& req, httplib::Response& res) {
+    Connections::answering();  // the request is whole: the read timeout no longer runs
+    double since = 0;
+    if (req.has_param("since")) {
+      const std::string v = req.get_param_value("since");
+      char* end = nullptr;
+      since = std::strtod(v.c_str(), &end);
+      if (v.empty() || end != v.c_str() + v.size() || !std::isfinite(since)) {
+        send_error(res, {400, "invalid_request_error", "invalid_since", "'since' must be seconds since the epoch, e.g. 1764870000.5", 0});
+        return;
+      }
+    }
+    res.set_content(history_->since(since).dump(), "application/json");
   });
   s.Post("/v1/models/load", [this](const httplib::Request& req, httplib::Response& res) {
     Connections::answering();  // the request is whole: the read timeout no longer runs
@@ -222,6 +264,16 @@ void Server::routes() {
       Wait wait;
       wait.still_wanted = [] { return !Connections::client_gone(); };
       registry_.load(c.model, c.pin, wait);
+      res.set_content(model_json(registry_.status(c.model)).dump(), "application/json");
+    });
+  });
+  // Pins or unpins without loading (the dashboard's button).
+  s.Post("/v1/models/pin", [this](const httplib::Request& req, httplib::Response& res) {
+    Connections::answering();  // the request is whole: the read timeout no longer runs
+    guarded(res, [&] {
+      const ControlRequest c = parse_pin_request(req.body);
+      (void)settings_of(c.model);  // a file added to --models-dir since
+      registry_.set_pinned(c.model, c.pin);
       res.set_content(model_json(registry_.status(c.model)).dump(), "application/json");
     });
   });
@@ -256,7 +308,7 @@ void Server::routes() {
     Usage baseline;
     {
       std::lock_guard lock(baseline_mu_);
-      baseline = baseline_;
+      baseline = baseline_.usage;
     }
     res.set_content(metrics_text(registry_, baseline, stats_, http_stats()), "text/plain; version=0.0.4");
   });
@@ -276,6 +328,7 @@ void Server::routes() {
   s.Post("/v1/completions", completion(false));
   s.Post("/v1/chat/completions", completion(true));
   ollama_routes();
+  dashboard_routes();
 }
 
 }  // namespace reclaim::server

@@ -25,6 +25,8 @@
 #include "server/answer.h"
 #include "server/connections.h"
 #include "server/cors.h"
+#include "server/history.h"
+#include "server/resources.h"
 #include "server/metrics.h"
 #include "server/worker_pool.h"
 #include "runtime/registry.h"
@@ -54,6 +56,10 @@ struct ServerOptions {
   // A stream that waits for its model sends an SSE comment this often, so
   // that proxies and clients do not take it for dead.
   Millis stream_keepalive = std::chrono::seconds(5);
+  // The dashboard's chart (server/history.h): a sample this often, this many
+  // kept (10 minutes). 0: none.
+  Millis history_every = std::chrono::seconds(1);
+  size_t history_samples = 600;
 };
 
 class Server {
@@ -96,6 +102,8 @@ class Server {
   // context are cut to it, not refused.
   EmbedResult embed_input(const std::string& model, const nlohmann::json& input,
                           std::optional<int64_t> keep_alive_ms, bool truncate);
+  // GET / and the dashboard's files (server/dashboard.cpp).
+  void dashboard_routes();
   // Ollama's API on the same port (server/ollama_routes.cpp).
   void ollama_routes();
   // Ollama's /api/chat and /api/generate without messages or prompt: load
@@ -111,15 +119,19 @@ class Server {
   Registry& registry_;
   RequestStats stats_;
   std::mutex baseline_mu_;
-  Usage baseline_;
+  Baseline baseline_;
   Scope scope_{"http"};  // its threads' (before the members that own them)
   std::unique_ptr<Connections> connections_;
   std::unique_ptr<WorkerPool> pool_;
   std::atomic<bool> pool_shut_{false};
+  std::unique_ptr<ResourceHistory> history_;
   std::unique_ptr<httplib::Server> http_;
 };
 
 // Constant-time comparison, for API keys.
 bool same_secret(const std::string& a, const std::string& b);
+// Whether an Authorization header carries `key`: "Bearer KEY", or a
+// browser's "Basic" login whose password is KEY (any user name).
+bool key_in_authorization(const std::string& auth, const std::string& key);
 
 }  // namespace reclaim::server

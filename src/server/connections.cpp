@@ -49,7 +49,7 @@ void Connections::serve(int socket, const std::function<void()>& serve) {
   std::list<Conn>::iterator it;
   {
     std::lock_guard lock(mu_);
-    it = conns_.insert(conns_.end(), Conn{dup, Clock::now() + read_timeout_});
+    it = conns_.insert(conns_.end(), Conn{dup, socket, Clock::now() + read_timeout_});
   }
   cv_.notify_all();
   t_current = {this, &*it, dup};
@@ -128,6 +128,13 @@ uint64_t Connections::cut() const {
 size_t Connections::open() const {
   std::lock_guard lock(mu_);
   return conns_.size();
+}
+
+int64_t Connections::fds() const {
+  std::lock_guard lock(mu_);
+  int64_t n = 0;
+  for (const Conn& c : conns_) n += 1 + (::fcntl(c.socket, F_GETFD) != -1);
+  return n;
 }
 
 }  // namespace reclaim::server

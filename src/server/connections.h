@@ -55,10 +55,15 @@ class Connections {
 
   uint64_t cut() const;  // connections cut by the watchdog since the start
   size_t open() const;
+  // The descriptors the open connections hold now: each one's duplicate, and
+  // its socket until httplib closes it (which it does a moment before the
+  // connection leaves the watch).
+  int64_t fds() const;
 
  private:
   struct Conn {
     int fd = -1;  // the duplicate
+    int socket = -1;  // httplib's, which it closes before the duplicate is
     Clock::time_point deadline = Clock::time_point::max();  // max: being answered
   };
   void watch();

@@ -85,7 +85,7 @@ json residue_verdict(const Registry& registry, const Baseline& baseline, const U
           {"checks", checks}};
 }
 
-json resources_json(const Registry& registry, const Baseline& base, size_t open_connections) {
+json resources_json(const Registry& registry, const Baseline& base, int64_t connection_fds) {
   const Usage& baseline = base.usage;
   Ledger& ledger = Ledger::process();
   const auto now = std::chrono::steady_clock::now();
@@ -124,7 +124,7 @@ json resources_json(const Registry& registry, const Baseline& base, size_t open_
   // The clients' connections are open while they are measured: a socket and
   // the watchdog's duplicate each (server/connections.h). A browser keeps
   // several.
-  residue.fds -= 2 * static_cast<int64_t>(open_connections);
+  residue.fds -= connection_fds;
   return {{"ledger",
            {{"count", total.count},
             {"bytes", total.bytes},

@@ -17,8 +17,8 @@ struct Baseline {
   Usage usage;
   uint64_t ledger_count = 0, ledger_bytes = 0;  // the ledger's totals then
 };
-// `open_connections`: the clients' connections open now (Connections::open()).
-nlohmann::json resources_json(const Registry& registry, const Baseline& baseline, size_t open_connections);
+// `connection_fds`: what the clients' open connections hold (Connections::fds()).
+nlohmann::json resources_json(const Registry& registry, const Baseline& baseline, int64_t connection_fds);
 // Whether what the process holds beyond its start is given back: "holding"
 // while models or caches are on the ledger beyond the baseline (their memory
 // is accounted, not residue), else "clean" when every residue is within the

@@ -239,7 +239,7 @@ void Server::routes() {
       std::lock_guard lock(baseline_mu_);
       baseline = baseline_;
     }
-    res.set_content(resources_json(registry_, baseline, connections_->open()).dump(), "application/json");
+    res.set_content(resources_json(registry_, baseline, connections_->fds()).dump(), "application/json");
   });
   // The dashboard's chart: ?since=T (seconds since the epoch) for what came after T.
   s.Get("/v1/resources/history", [this](const httplib::Request& req, httplib::Response& res) {

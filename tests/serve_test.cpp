@@ -46,7 +46,7 @@ TEST(Serve, ChatStreamedAndNotAndCompletionsThenNothingIsLeft) {
   EXPECT_EQ(r->get_header_value("Content-Type"), "text/event-stream");
   std::string text;
   int chunks = 0;
-  bool done = false, usage = false;
+  bool done = false, usage = false, timings = false;
   std::istringstream lines(r->body);
   for (std::string line; std::getline(lines, line);) {
     if (line.rfind("data: ", 0) != 0) continue;
@@ -64,9 +64,18 @@ TEST(Serve, ChatStreamedAndNotAndCompletionsThenNothingIsLeft) {
     }
     ++chunks;
     if (c["choices"][0]["delta"].contains("content")) text += c["choices"][0]["delta"]["content"].get<std::string>();
+    // The finishing chunk carries llama-server's timings, as its clients read them.
+    if (!c["choices"][0]["finish_reason"].is_null()) {
+      timings = true;
+      EXPECT_EQ(c["timings"]["predicted_n"], 8) << data;
+      EXPECT_TRUE(c["timings"]["prompt_ms"].is_number()) << data;
+    } else {
+      EXPECT_FALSE(c.contains("timings")) << data;
+    }
   }
   EXPECT_TRUE(done);
   EXPECT_TRUE(usage);
+  EXPECT_TRUE(timings);
   EXPECT_GT(chunks, 1);
   EXPECT_EQ(text, j["choices"][0]["message"]["content"]) << "the stream and the plain response differ";
 

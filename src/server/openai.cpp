@@ -384,12 +384,18 @@ json completion_json(const CompletionRequest& req, const GenerateResult& r, cons
           {"model", req.model},
           {"choices", json::array({choice})},
           {"usage", usage_json(r)},
-          {"timings",
-           {{"prompt_ms", r.timings.prompt_ms},
-            {"prompt_per_second", r.timings.prompt_per_second()},
-            {"predicted_ms", r.timings.generate_ms},
-            {"predicted_per_second", r.timings.generate_per_second()},
-            {"first_token_ms", r.timings.first_token_ms}}}};
+          {"timings", timings_json(r)}};
+}
+
+json timings_json(const GenerateResult& r) {
+  return {{"cache_n", r.timings.cached_tokens},
+          {"prompt_n", r.timings.prompt_tokens - r.timings.cached_tokens},
+          {"prompt_ms", r.timings.prompt_ms},
+          {"prompt_per_second", r.timings.prompt_per_second()},
+          {"predicted_n", r.timings.generated_tokens},
+          {"predicted_ms", r.timings.generate_ms},
+          {"predicted_per_second", r.timings.generate_per_second()},
+          {"first_token_ms", r.timings.first_token_ms}};
 }
 
 json chunk_json(const CompletionRequest& req, const json& delta_or_text, const char* finish, const std::string& id,

@@ -86,6 +86,9 @@ nlohmann::json completion_json(const CompletionRequest& req, const GenerateResul
 nlohmann::json chunk_json(const CompletionRequest& req, const nlohmann::json& delta_or_text, const char* finish,
                           const std::string& id, int64_t created, const nlohmann::json& logprobs = nullptr);
 nlohmann::json usage_json(const GenerateResult& r);
+// llama-server's "timings" object (its names, which its clients read): on a
+// whole reply and on a stream's finishing chunk.
+nlohmann::json timings_json(const GenerateResult& r);
 const char* openai_finish_reason(FinishReason f);
 
 }  // namespace reclaim::server

@@ -56,12 +56,11 @@ class OpenAiAnswer : public Answer {
   }
 
   std::string end(const GenerateResult& r, const ChatReply* reply, const json& logprobs) override {
-    std::string out;
-    if (reply) {
-      out = sse(chunk_json(req_, delta_json(ChatDelta{}, first_), chat_finish_reason(r.finish, *reply), id_, created_, logprobs));
-    } else {
-      out = sse(chunk_json(req_, json(""), openai_finish_reason(r.finish), id_, created_, logprobs));
-    }
+    json last = reply ? chunk_json(req_, delta_json(ChatDelta{}, first_), chat_finish_reason(r.finish, *reply), id_, created_, logprobs)
+                      : chunk_json(req_, json(""), openai_finish_reason(r.finish), id_, created_, logprobs);
+    // As llama-server's last chunk: clients that show speeds read it there.
+    last["timings"] = timings_json(r);
+    std::string out = sse(last);
     if (req_.include_usage) {
       json u = chunk_json(req_, req_.chat ? json::object() : json(""), nullptr, id_, created_);
       u["choices"] = json::array();

@@ -368,6 +368,33 @@ TEST(Registry, PromptCacheSavesGoBeforeAnyModelWhenRoomIsNeeded) {
   EXPECT_LE(reg.status("a").saved_bytes, static_cast<uint64_t>(kMargin));
 }
 
+// Under --max-loaded, dropping the saves makes no room: they stay, and the
+// least recently used model goes (with its own saves, if it had any).
+TEST(Registry, PromptCacheSavesStayWhenDroppingThemCannotMakeRoom) {
+  RegistryOptions o = options();
+  o.cache_ram = 64 << 20;
+  o.max_loaded = 2;
+  Registry reg(o, models());
+  reg.load("a");
+  reg.load("b");
+  for (int i = 0; reg.status("a").saved_bytes == 0 && i < 50; ++i) {
+    Lease lease = reg.acquire("a");
+    GenerateRequest q;
+    for (int k = 0; k < 100; ++k) q.prompt_tokens.push_back(static_cast<llama_token>(100 + (i * 31 + k * 7) % 500));
+    q.max_tokens = 1;
+    (void)lease.model().batcher()->generate(q);
+  }
+  const uint64_t saved = reg.status("a").saved_bytes;
+  ASSERT_GT(saved, 0u);
+  reg.load("c");  // b is the least recently used
+  EXPECT_EQ(reg.status("b").state, ModelState::unloaded);
+  EXPECT_EQ(reg.status("a").state, ModelState::loaded);
+  EXPECT_EQ(reg.status("c").state, ModelState::loaded);
+  EXPECT_EQ(reg.status("a").saved_bytes, saved) << "the saves went for nothing";
+  EXPECT_EQ(reg.scheduler().cache_drops, 0u);
+  EXPECT_EQ(reg.scheduler().evictions, 1u);
+}
+
 TEST(Registry, AReconfigurationAddsChangesAndRemovesModels) {
   Registry reg(options(), {{"a", small_model("spm")}, {"b", small_model("bpe")}});
   reg.load("a");

@@ -184,7 +184,7 @@ bool Registry::drop_saved_locked() {
 bool Registry::make_room_locked(std::unique_lock<std::mutex>& lock, Entry& for_entry, int64_t needed) {
   bool dropped = false;
   for (;;) {
-    std::vector<Occupant> others;
+    std::vector<Occupant> others, bare;  // bare: without the prompt caches' saves
     std::vector<Entry*> who;
     for (Entry& o : entries_) {
       if (&o == &for_entry) continue;
@@ -207,14 +207,24 @@ bool Registry::make_room_locked(std::unique_lock<std::mutex>& lock, Entry& for_e
       c.unloading = o.state == ModelState::unloading || (o.state == ModelState::loaded && o.unload_requested);
       c.in_flight = o.in_flight;
       c.last_use = o.last_use_steady;
+      Occupant b = c;
+      b.reserved = o.reserved;
+      b.reserved_at = o.reserved_at;
       others.push_back(std::move(c));
+      bare.push_back(std::move(b));
       who.push_back(&o);
     }
-    const RoomPlan plan = plan_room(others, for_entry.spec.name, needed, for_entry.estimate_at,
-                                    MemoryBudget{options_.memory_budget, options_.memory_budget_at}, options_.max_loaded);
+    const MemoryBudget budget{options_.memory_budget, options_.memory_budget_at};
+    const RoomPlan plan = plan_room(others, for_entry.spec.name, needed, for_entry.estimate_at, budget, options_.max_loaded);
     // The prompt caches' saves go before any model does: they are the
-    // cheapest to lose (a later turn decodes its history again).
-    if (plan.step != RoomPlan::Step::fits && !dropped && drop_saved_locked()) {
+    // cheapest to lose (a later turn decodes its history again). But only
+    // when losing them lets the model in: under --max-loaded, or when a model
+    // must go anyway, they would go for nothing (the one evicted takes its
+    // own with it, and the loop comes back here after).
+    if (plan.step != RoomPlan::Step::fits && !dropped &&
+        plan_room(bare, for_entry.spec.name, needed, for_entry.estimate_at, budget, options_.max_loaded).step ==
+            RoomPlan::Step::fits &&
+        drop_saved_locked()) {
       dropped = true;
       continue;
     }

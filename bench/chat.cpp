@@ -70,6 +70,7 @@ struct Turn {
   double first_ms = -1;
   int64_t cached = -1;  // prompt tokens the server says it took from its cache
   double prompt_ms = -1;  // the server's own time to decode the rest of the prompt
+  int64_t prompt_n = -1;  // and how many tokens that was
 };
 
 // One streamed turn: the time to its first content, and the cached count
@@ -89,6 +90,7 @@ Turn stream_turn(int port, const json& messages, int n) {
     if (j.contains("timings") && j["timings"].is_object()) {
       t.cached = j["timings"].value("cache_n", t.cached);
       t.prompt_ms = j["timings"].value("prompt_ms", t.prompt_ms);
+      t.prompt_n = j["timings"].value("prompt_n", t.prompt_n);
     }
   }, all);
   if (status != 200) throw Error("turn -> " + std::to_string(status) + ": " + all.substr(0, 300));
@@ -184,15 +186,15 @@ int main(int argc, char** argv) {
       std::vector<Turn> tr, tl;
       in_turn(r, [&] { tr = converse(reclaim.port, o, users, r); }, [&] { tl = converse(llama.port, o, users, r); });
       // "prompt": each server's own time to decode what was not cached.
-      std::printf("round %d\n%5s  %12s %8s %8s  %12s %8s %8s  %7s\n", r + 1, "turn", "reclaim ms", "prompt", "cached",
-                  "llama-srv ms", "prompt", "cached", "ratio");
+      std::printf("round %d\n%5s  %12s %8s %6s %8s  %12s %8s %6s %8s  %7s\n", r + 1, "turn", "reclaim ms", "prompt",
+                  "new", "cached", "llama-srv ms", "prompt", "new", "cached", "ratio");
       for (int t = 0; t < o.turns; ++t) {
         const Turn& a = tr[static_cast<size_t>(t)];
         const Turn& b = tl[static_cast<size_t>(t)];
         ratios[static_cast<size_t>(t)].push_back(a.first_ms / b.first_ms);
-        std::printf("%5d  %12.0f %8.0f %8lld  %12.0f %8.0f %8lld  %6.2fx\n", t + 1, a.first_ms, a.prompt_ms,
-                    static_cast<long long>(a.cached), b.first_ms, b.prompt_ms, static_cast<long long>(b.cached),
-                    ratios[static_cast<size_t>(t)].back());
+        std::printf("%5d  %12.0f %8.0f %6lld %8lld  %12.0f %8.0f %6lld %8lld  %6.2fx\n", t + 1, a.first_ms, a.prompt_ms,
+                    static_cast<long long>(a.prompt_n), static_cast<long long>(a.cached), b.first_ms, b.prompt_ms,
+                    static_cast<long long>(b.prompt_n), static_cast<long long>(b.cached), ratios[static_cast<size_t>(t)].back());
       }
       std::fflush(stdout);
     }

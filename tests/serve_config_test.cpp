@@ -99,6 +99,34 @@ TEST(ServeConfig, EachModelHasItsOwnSettingsAndTheFlagsAreTheDefaults) {
 // SIGHUP reads the file again: an alias changed, a model added, one removed;
 // a mistake keeps what was there. A file dropped into --models-dir after
 // the start is found by the first request for it.
+// inotify: a file put into the folder or taken out of it is seen as it
+// happens, with no request for it and no SIGHUP.
+TEST(ServeConfig, AFileAddedToOrRemovedFromTheFolderIsSeenAtOnce) {
+  const std::string dir = temp_path("watched-folder");
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(spm(), dir + "/first.gguf");
+  Served s({"--models-dir", dir});
+  EXPECT_FALSE(s.model("first").is_null());
+  EXPECT_TRUE(s.model("second").is_null());
+  // Written elsewhere and renamed into place, as a download is.
+  std::filesystem::copy_file(bpe(), dir + "/.second.part");
+  std::filesystem::rename(dir + "/.second.part", dir + "/second.gguf");
+  ASSERT_TRUE(s.logged("--models-dir: 1 models added, 0 removed"));
+  EXPECT_EQ(s.model("second")["state"], "unloaded");
+  // Copied in place: seen once it is written whole.
+  std::filesystem::copy_file(spm(), dir + "/third.gguf");
+  ASSERT_TRUE(s.until([&] { return !s.model("third").is_null(); }));
+  (void)s.post_json("/v1/completions", {{"model", "third"}, {"prompt", "Once"}, {"max_tokens", 2}});
+  std::filesystem::remove(dir + "/second.gguf");
+  ASSERT_TRUE(s.until([&] { return s.model("second").is_null(); }));
+  EXPECT_FALSE(s.model("third").is_null());
+  // A file that is not a model changes nothing.
+  { std::ofstream(dir + "/notes.txt") << "x"; }
+  s.post_json("/v1/models/unload", {{"model", "third"}});
+  s.expect_clean();
+}
+
 TEST(ServeConfig, SighupReloadsAndAFolderIsLookedAtAgain) {
   const std::string dir = temp_path("reload-folder");
   std::filesystem::create_directories(dir);

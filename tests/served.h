@@ -24,9 +24,9 @@ namespace reclaim::testing {
 using nlohmann::json;
 
 // What /v1/resources' ledger holds beyond the server's standing entries (the
-// accept loop and the HTTP threads, the keep-alive reaper, the vetter's
-// thread and stop pipe): one line each, empty once every model and request
-// is gone.
+// accept loop, its signal fd and folder watch, the HTTP threads, the
+// keep-alive reaper, the vetter's thread and stop pipe): one line each, empty
+// once every model and request is gone.
 inline std::vector<std::string> held_beyond_standing(const json& ledger) {
   std::vector<std::string> out;
   for (const json& e : ledger["entries"]) {
@@ -34,6 +34,7 @@ inline std::vector<std::string> held_beyond_standing(const json& ledger) {
     const bool standing = (kind == "thread" && (owner == "serve" || owner == "http" || owner == "http/workers" ||
                                                  owner == "http/connections" || owner == "registry")) ||
                           (owner == "vetter" && (kind == "thread" || kind == "fd")) ||
+                          (owner == "serve" && kind == "fd") ||  // the signal fd, the models-dir watch
                           (owner == "runtime" && kind == "device_state");
     if (!standing) out.push_back(kind + " " + owner + " '" + e["label"].get<std::string>() + "'");
   }

@@ -16,6 +16,7 @@
 
 #include "cli/commands.h"
 #include "cli/config_file.h"
+#include "core/dir_watch.h"
 #include "core/heap.h"
 #include "core/ledger.h"
 #include "core/size.h"
@@ -126,10 +127,10 @@ std::vector<ModelSpec> models_in_config(const std::string& file) {
 }
 
 // Where the served models come from: the flags, the folder and the config
-// file. The file and the folder are read again on SIGHUP, and the folder on
-// a request for a name the server does not have (when it changed since it
-// was last read: a name nobody has costs a stat), so that a file added after
-// the start is found.
+// file. The file and the folder are read again on SIGHUP, and the folder when
+// a .gguf file is put in it or taken out (core/dir_watch.h) and on a request
+// for a name the server does not have (when it changed since it was last
+// read: a name nobody has costs a stat).
 class ModelSources {
  public:
   explicit ModelSources(const Args& a)
@@ -233,7 +234,8 @@ void reload(ModelSources& sources, Registry& registry) {
 // Serves until SIGTERM or SIGINT, then stops: the registry, the HTTP
 // server and their threads are gone when this returns.
 void serve_until_stopped(RegistryOptions opts, ModelSources& sources, server::ServerOptions so,
-                         const std::vector<std::string>& preload, const sigset_t& signals, Millis shutdown_timeout) {
+                         const std::vector<std::string>& preload, const sigset_t& signals, const std::string& models_dir,
+                         Millis shutdown_timeout) {
   Registry registry(std::move(opts), sources.all());
   so.rediscover = [&sources, &registry] { return sources.rescan(registry); };
   server::Server http(so, registry);
@@ -249,6 +251,8 @@ void serve_until_stopped(RegistryOptions opts, ModelSources& sources, server::Se
     http.stop();
     server_thread.join();
   });
+  // Signals, and the folder's files as they come and go; before the baseline.
+  SignalsAndFolder events(serving, signals, models_dir);
   // The HTTP side starts its worker threads when it starts listening.
   while (!http.running()) std::this_thread::yield();
   // The chat library's log (a queue of 512 lines of 256 bytes, kept till
@@ -274,8 +278,15 @@ void serve_until_stopped(RegistryOptions opts, ModelSources& sources, server::Se
 
   int sig = 0;
   for (;;) {
-    sigwait(&signals, &sig);
-    if (sig != SIGHUP) break;
+    const SignalsAndFolder::Event e = events.wait();
+    if (e.signal == 0) {
+      (void)sources.rescan(registry);  // a file came or went: says so in one line
+      continue;
+    }
+    if (e.signal != SIGHUP) {
+      sig = e.signal;
+      break;
+    }
     reload(sources, registry);
   }
   std::fprintf(stderr, "reclaim: %s: stopping; requests in flight have %lld ms to finish\n", sig == SIGINT ? "SIGINT" : "SIGTERM",
@@ -370,7 +381,7 @@ int serve(const Args& a) {
   for (const ModelSpec& m : sources.all()) {
     if (m.settings.preload && std::find(preload.begin(), preload.end(), m.name) == preload.end()) preload.push_back(m.name);
   }
-  serve_until_stopped(std::move(opts), sources, so, preload, stop_signals, shutdown_timeout);
+  serve_until_stopped(std::move(opts), sources, so, preload, stop_signals, a.models_dir, shutdown_timeout);
   // Read once everything with threads or models is gone: the HTTP threads,
   // the reaper and the vetter are on the ledger while they live. An
   // accelerator's runtime state goes only with the process: said apart.

@@ -1,0 +1,42 @@
+// Waiting for signals and for a folder's entries to change, in one poll:
+// `reclaim serve` notices a model file put into --models-dir or taken out
+// of it as it happens (inotify), rather than at the next request for it or
+// the next SIGHUP, and still takes its stop and reload signals.
+//
+// A file is taken as there once it is whole: written and closed, or moved
+// in (a download renamed into place), not when it is created. Events that
+// come together (a copy's many writes, a folder of files moved at once) are
+// one change: the watcher waits until the folder has been quiet for a while.
+#pragma once
+
+#include <signal.h>
+
+#include <chrono>
+#include <string>
+
+#include "core/scope.h"
+
+namespace reclaim {
+
+class SignalsAndFolder {
+ public:
+  // `signals` must be blocked in every thread already. `dir` empty: signals
+  // only. Both descriptors are on the ledger under `scope`. Throws Error.
+  SignalsAndFolder(Scope& scope, const sigset_t& signals, const std::string& dir,
+                   std::chrono::milliseconds quiet = std::chrono::milliseconds(250));
+
+  struct Event {
+    int signal = 0;               // a signal, or 0
+    bool folder_changed = false;  // a file of the folder was added, replaced or removed
+  };
+  // Blocks until a signal comes or the folder changed (and went quiet).
+  Event wait();
+
+ private:
+  bool drain_folder();  // reads what inotify has; whether any of it matters
+
+  int signal_fd_ = -1, inotify_fd_ = -1;
+  std::chrono::milliseconds quiet_;
+};
+
+}  // namespace reclaim

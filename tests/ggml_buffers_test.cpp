@@ -46,8 +46,10 @@ TEST(GgmlBuffers, AContextsComputeBufferIsItsOwnAlignedMappingAndGoesWithIt) {
   l.path = small_model("spm");
   Model model(l);
   SessionOptions so;
-  so.n_ctx = 256;
-  so.n_batch = 512;  // logits of 512 rows x 32,000 tokens: a 62 MiB compute buffer
+  // A ubatch of 4096 tokens, for a compute buffer over 32 MiB: a generating
+  // context keeps one row of logits, so its buffer grows with the batch.
+  so.n_ctx = 4096;
+  so.n_batch = 4096;
   const size_t big = size_t{32} << 20;
   const std::vector<Range> before = anonymous_maps_of_at_least(big);
   const Usage u0 = Usage::capture();

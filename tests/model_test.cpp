@@ -48,10 +48,12 @@ TEST(Model, ExposesItsMetadata) {
 }
 
 TEST(Model, TheEstimateMatchesWhatTheLoadAndTheContextTake) {
-  llama_context_params cp = llama_context_default_params();
-  cp.n_ctx = 1024;
-  cp.n_batch = cp.n_ubatch = 256;
-  cp.n_threads = cp.n_threads_batch = 2;
+  // The context a Session of these options makes (one row of logits a step).
+  SessionOptions so;
+  so.n_ctx = 1024;
+  so.n_batch = 256;
+  so.n_threads = 2;
+  const llama_context_params cp = session_context_params(so, 0, 2);
   ModelInfo info;
   ModelLoad load = load_of(small_model("spm"));
   const uint64_t live_before = Ledger::process().totals().count;
@@ -70,10 +72,6 @@ TEST(Model, TheEstimateMatchesWhatTheLoadAndTheContextTake) {
     EXPECT_NEAR(load_heap / static_cast<double>(e.model_overhead), 1.0, 0.1)
         << "load heap on the ledger " << load_heap << ", estimated overhead " << e.model_overhead;
   }
-  SessionOptions so;
-  so.n_ctx = 1024;
-  so.n_batch = 256;
-  so.n_threads = 2;
   Session s(m, so);
   const auto measured = static_cast<double>(ledger_bytes(Kind::context));
   const double estimated = static_cast<double>(e.per_context_host());

@@ -20,6 +20,8 @@ llama_context_params batch_context_params(const BatcherOptions& o, int32_t n_ctx
   }
   cp.n_ctx *= static_cast<uint32_t>(o.n_seq);
   cp.n_seq_max = static_cast<uint32_t>(o.n_seq);
+  // One row of logits a sequence a step (session_context_params says why).
+  if (!cp.embeddings) cp.n_outputs_max = static_cast<uint32_t>(o.n_seq);
   cp.kv_unified = false;
   return cp;
 }

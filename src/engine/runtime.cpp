@@ -1,5 +1,7 @@
 #include "engine/runtime.h"
 
+#include "core/ledger.h"
+
 #include <llama.h>
 
 #include <algorithm>
@@ -53,7 +55,10 @@ void on_llama_log(ggml_log_level level, const char* text, void*) {
     std::memcpy(t_errors + t_errors_len, text, n);
     t_errors_len += n;
   }
-  if (g_verbose.load(std::memory_order_relaxed) && level != GGML_LOG_LEVEL_DEBUG) std::fputs(text, stderr);
+  // llama.cpp's debug lines (the KV cache's slots with LLAMA_KV_CACHE_DEBUG,
+  // ...) only when asked for: RECLAIM_LOG=llama-debug.
+  static const bool debug = log_topic_enabled("llama-debug");
+  if ((g_verbose.load(std::memory_order_relaxed) || debug) && (level != GGML_LOG_LEVEL_DEBUG || debug)) std::fputs(text, stderr);
 }
 
 std::vector<DeviceMemory> probe_devices() {

@@ -29,6 +29,8 @@ nlohmann::json to_json(const VetRequest& r) {
             {"n_seq_max", c.n_seq_max},
             {"n_threads", c.n_threads},
             {"n_threads_batch", c.n_threads_batch},
+            {"n_outputs_max", c.n_outputs_max},
+            {"n_outputs_max_per_seq", c.n_outputs_max_per_seq},
             {"kv_unified", c.kv_unified}}}};
 }
 
@@ -45,6 +47,10 @@ VetRequest vet_request_from_json(const nlohmann::json& j) {
   r.context.n_threads = c.at("n_threads").get<int32_t>();
   r.context.n_threads_batch = c.at("n_threads_batch").get<int32_t>();
   r.context.kv_unified = c.at("kv_unified").get<bool>();
+  // The estimate must be of the context that will be made: its logits rows
+  // size the compute buffer (session_context_params).
+  r.context.n_outputs_max = c.value("n_outputs_max", 0u);
+  r.context.n_outputs_max_per_seq = c.value("n_outputs_max_per_seq", 0u);
   return r;
 }
 

@@ -75,8 +75,14 @@ TEST(Model, TheEstimateMatchesWhatTheLoadAndTheContextTake) {
   Session s(m, so);
   const auto measured = static_cast<double>(ledger_bytes(Kind::context));
   const double estimated = static_cast<double>(e.per_context_host());
-  ASSERT_GT(measured, 0);
-  EXPECT_NEAR(estimated / measured, 1.0, 0.05) << "estimated " << estimated << " measured " << measured;
+  // A context's bytes are what the heap grew by while it was made; under a
+  // sanitizer the heap is the sanitizer's, which mallinfo does not see, and
+  // this context's buffers (one row of logits) are too small to be mapped
+  // apart.
+  if (!reclaim::testing::sanitized()) {
+    ASSERT_GT(measured, 0);
+    EXPECT_NEAR(estimated / measured, 1.0, 0.05) << "estimated " << estimated << " measured " << measured;
+  }
   EXPECT_GT(e.context_host, 0);  // the KV cache
   EXPECT_GT(e.compute_host, 0);
   // The vocab at least, as the load arena measures it; a sanitized build

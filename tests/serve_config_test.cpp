@@ -125,6 +125,10 @@ TEST(ServeConfig, AFileAddedToOrRemovedFromTheFolderIsSeenAtOnce) {
   { std::ofstream(dir + "/notes.txt") << "x"; }
   s.post_json("/v1/models/unload", {{"model", "third"}});
   s.expect_clean();
+  // The watch and the signal fd go with the server.
+  Result end = s.stop();
+  EXPECT_EQ(end.status, 0) << end.err;
+  EXPECT_NE(end.err.find("ledger: 0 entries"), std::string::npos) << end.err;
 }
 
 TEST(ServeConfig, SighupReloadsAndAFolderIsLookedAtAgain) {

@@ -278,16 +278,14 @@ void serve_until_stopped(RegistryOptions opts, ModelSources& sources, server::Se
 
   int sig = 0;
   for (;;) {
-    const SignalsAndFolder::Event e = events.wait();
-    if (e.signal == 0) {
+    sig = events.wait();
+    if (sig == 0) {
       (void)sources.rescan(registry);  // a file came or went: says so in one line
-      continue;
-    }
-    if (e.signal != SIGHUP) {
-      sig = e.signal;
+    } else if (sig == SIGHUP) {
+      reload(sources, registry);
+    } else {
       break;
     }
-    reload(sources, registry);
   }
   std::fprintf(stderr, "reclaim: %s: stopping; requests in flight have %lld ms to finish\n", sig == SIGINT ? "SIGINT" : "SIGTERM",
                static_cast<long long>(shutdown_timeout.count()));

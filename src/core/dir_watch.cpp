@@ -54,7 +54,7 @@ bool SignalsAndFolder::drain_folder() {
   }
 }
 
-SignalsAndFolder::Event SignalsAndFolder::wait() {
+int SignalsAndFolder::wait() {
   bool changed = false;
   for (;;) {
     pollfd fds[2] = {{signal_fd_, POLLIN, 0}, {inotify_fd_, POLLIN, 0}};
@@ -66,11 +66,11 @@ SignalsAndFolder::Event SignalsAndFolder::wait() {
       if (errno == EINTR) continue;
       throw Error(std::string("poll: ") + std::strerror(errno));
     }
-    if (r == 0) return {0, true};  // quiet again
+    if (r == 0) return 0;  // quiet again
     if (fds[0].revents & POLLIN) {
       signalfd_siginfo info{};
       if (::read(signal_fd_, &info, sizeof info) == static_cast<ssize_t>(sizeof info)) {
-        return {static_cast<int>(info.ssi_signo), changed};
+        return static_cast<int>(info.ssi_signo);
       }
     }
     if (n == 2 && (fds[1].revents & POLLIN) && drain_folder()) changed = true;

@@ -25,12 +25,11 @@ class SignalsAndFolder {
   SignalsAndFolder(Scope& scope, const sigset_t& signals, const std::string& dir,
                    std::chrono::milliseconds quiet = std::chrono::milliseconds(250));
 
-  struct Event {
-    int signal = 0;               // a signal, or 0
-    bool folder_changed = false;  // a file of the folder was added, replaced or removed
-  };
-  // Blocks until a signal comes or the folder changed (and went quiet).
-  Event wait();
+  // Blocks until a signal comes (returns it) or a .gguf file of the folder
+  // was added, replaced or removed and the folder went quiet (returns 0). A
+  // change still settling when a signal comes is left to the signal's
+  // handling: a reload reads the folder anyway, a stop needs nothing.
+  int wait();
 
  private:
   bool drain_folder();  // reads what inotify has; whether any of it matters

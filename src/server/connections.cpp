@@ -95,8 +95,6 @@ bool Connections::client_gone() {
   return ::recv(t_current.fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
 }
 
-int Connections::own_fds() { return t_current.fd >= 0 ? 2 : 1; }
-
 void Connections::watch() {
   std::unique_lock lock(mu_);
   while (!stopping_) {

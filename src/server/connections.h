@@ -49,10 +49,6 @@ class Connections {
   // when this thread serves no connection.
   static bool client_gone();
 
-  // The descriptors the connection served on this thread holds: its socket
-  // and the watchdog's duplicate. For residues measured from a request.
-  static int own_fds();
-
   uint64_t cut() const;  // connections cut by the watchdog since the start
   size_t open() const;
   // The descriptors the open connections hold now: each one's duplicate, and

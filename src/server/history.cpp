@@ -22,6 +22,12 @@ double epoch_seconds() {
 
 }  // namespace
 
+bool give_back_free_heap(const Usage& u) {
+  if (u.heap_free <= Thresholds{}.anon_residue) return false;
+  release_free_heap();
+  return true;
+}
+
 ResourceHistory::ResourceHistory(Scope& scope, const Registry& registry, std::chrono::milliseconds every, size_t samples)
     : registry_(registry), every_(every) {
   if (every_.count() <= 0 || samples == 0) return;
@@ -61,12 +67,8 @@ void ResourceHistory::run() {
 void ResourceHistory::sample() {
   if (samples_.empty()) return;
   const Usage u = Usage::capture();
-  // Freed heap stays in glibc's arena once a load's large blocks have raised
-  // its trim threshold: after a load and unload with the dashboard open, 3.1
-  // MiB of free heap kept anon 1.4 MiB over the start with 27 KiB in use (GET
-  // /v1/resources: residue.heap_free, heap_in_use). Past the audit's anon
-  // threshold it is given back here, at most a second after it was freed.
-  if (u.heap_free > Thresholds{}.anon_residue) release_free_heap();
+  // At most a second after it was freed.
+  (void)give_back_free_heap(u);
   HistorySample s;
   s.t = epoch_seconds();
   s.rss = u.rss;

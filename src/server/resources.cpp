@@ -1,8 +1,7 @@
 #include "server/resources.h"
 
-#include "core/heap.h"
 #include "core/ledger.h"
-#include "server/connections.h"
+#include "server/history.h"
 
 namespace reclaim::server {
 
@@ -58,10 +57,9 @@ json usage_figures_json(const Usage& u) {
   return j;
 }
 
-json residue_verdict(const Registry& registry, const Baseline& baseline, const Usage& residue) {
-  const LedgerTotals total = Ledger::process().totals();
+json residue_verdict(const json& models, const LedgerTotals& total, const Baseline& baseline, const Usage& residue) {
   int loaded = 0;
-  for (const ModelStatus& s : registry.list()) loaded += s.state != ModelState::unloaded;
+  for (const json& m : models) loaded += m["state"] != model_state_name(ModelState::unloaded);
   const int64_t held_entries = static_cast<int64_t>(total.count) - static_cast<int64_t>(baseline.ledger_count);
   const int64_t held_bytes = static_cast<int64_t>(total.bytes) - static_cast<int64_t>(baseline.ledger_bytes);
   const Thresholds limits;
@@ -112,14 +110,12 @@ json resources_json(const Registry& registry, const Baseline& base, int64_t conn
   json by_owner = json::object();
   for (const auto& [owner, t] : ledger.by_owner()) by_owner[owner] = {{"count", t.count}, {"bytes", t.bytes}};
   const LedgerTotals total = ledger.totals();
+  const json models = models_json(registry)["data"];
   Usage now_usage = Usage::capture();
   // Heap freed while the figures were read (a browser's polls during an
   // unload) is given back before it is judged, as the history's sampler would
-  // a second later (server/history.cpp).
-  if (now_usage.heap_free > Thresholds{}.anon_residue) {
-    release_free_heap();
-    now_usage = Usage::capture();
-  }
+  // a second later.
+  if (give_back_free_heap(now_usage)) now_usage = Usage::capture();
   Usage residue = now_usage - baseline;
   // The clients' connections are open while they are measured: a socket and
   // the watchdog's duplicate each (server/connections.h). A browser keeps
@@ -136,8 +132,8 @@ json resources_json(const Registry& registry, const Baseline& base, int64_t conn
           {"usage", usage_figures_json(now_usage)},
           {"baseline", usage_figures_json(baseline)},
           {"residue", usage_figures_json(residue)},
-          {"residue_verdict", residue_verdict(registry, base, residue)},
-          {"models", models_json(registry)["data"]},
+          {"residue_verdict", residue_verdict(models, total, base, residue)},
+          {"models", models},
           {"accounted", registry.accounted()},
           {"memory_budget", registry.options().memory_budget},
           {"memory_budget_by_device", registry.options().memory_budget_at},

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/ledger.h"
 #include "core/thresholds.h"
 #include "core/usage.h"
 #include "runtime/registry.h"
@@ -23,7 +24,9 @@ nlohmann::json resources_json(const Registry& registry, const Baseline& baseline
 // while models or caches are on the ledger beyond the baseline (their memory
 // is accounted, not residue), else "clean" when every residue is within the
 // audit's thresholds (core/thresholds.h), or "over" with the figures beyond.
-nlohmann::json residue_verdict(const Registry& registry, const Baseline& baseline, const Usage& residue);
+// `models`: models_json's "data"; `total`: the ledger's totals now.
+nlohmann::json residue_verdict(const nlohmann::json& models, const LedgerTotals& total, const Baseline& baseline,
+                               const Usage& residue);
 nlohmann::json usage_figures_json(const Usage& u);
 
 }  // namespace reclaim::server

@@ -5,7 +5,11 @@
 // sends the whole conversation so far and a new user message of about 120
 // words, as a chat client does.
 //
-//   scripts/bench-chat [-m MODEL] [--turns 8] [--words 120] [-t 2] [--ctx 4096] [--rounds 1]
+//   scripts/bench-chat [-m MODEL] [--turns 8] [--words 120] [-t 2] [--ctx 4096] [--rounds 1] [--whole 3]
+//
+// Then the whole conversation once more on each, nothing cached, --whole
+// times: each server's own time to decode it, which is the speed of the
+// decode without the prompt caches.
 //
 // The assistant's turns in the history are fixed text, so that both servers
 // see the same prompts whatever each generated. Each user message is chosen
@@ -38,7 +42,7 @@ namespace {
 
 struct Options {
   std::string model, reclaim = RECLAIM_BIN, llama_server = RECLAIM_LLAMA_SERVER;
-  int turns = 8, words = 120, threads = 2, ctx = 4096, n = 4, rounds = 1;
+  int turns = 8, words = 120, threads = 2, ctx = 4096, n = 4, rounds = 1, whole = 3;
 };
 
 const char* const kWords[] = {"river", "stone", "memory", "north", "winter", "bridge", "lantern", "harbor",
@@ -136,6 +140,25 @@ std::vector<Turn> converse(int port, const Options& o, const std::vector<std::st
   return out;
 }
 
+// The whole conversation, nothing cached ("cache_prompt": false), `times`
+// times: the server's own time to decode it, the median. This is the decode
+// alone, without either prompt cache.
+double whole_prompt_ms(int port, const Options& o, const std::vector<std::string>& users, int times) {
+  json messages = json::array({{{"role", "system"}, {"content", "You are a helpful assistant."}}});
+  for (int turn = 0; turn < o.turns; ++turn) {
+    messages.push_back({{"role", "user"}, {"content", users[static_cast<size_t>(turn)]}});
+    if (turn + 1 < o.turns) messages.push_back({{"role", "assistant"}, {"content", assistant_message(turn)}});
+  }
+  json q = request(messages, 1, false);
+  q["cache_prompt"] = false;
+  std::vector<double> ms;
+  for (int i = 0; i < times; ++i) {
+    const json r = http_json(port, "POST", "/v1/chat/completions", q);
+    ms.push_back(r.at("timings").at("prompt_ms").get<double>());
+  }
+  return median(ms);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -148,6 +171,7 @@ int main(int argc, char** argv) {
   app.add_option("-t,--threads", o.threads, "threads on both sides")->capture_default_str();
   app.add_option("--ctx", o.ctx, "context on both sides")->capture_default_str();
   app.add_option("--rounds", o.rounds, "conversations, alternating which server goes first")->capture_default_str();
+  app.add_option("--whole", o.whole, "times the whole conversation is decoded uncached on each side (0: none)")->capture_default_str();
   app.add_option("--reclaim", o.reclaim, "the reclaim binary")->capture_default_str();
   app.add_option("--llama-server", o.llama_server, "the llama-server binary (scripts/bench-chat builds it)")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
@@ -197,6 +221,13 @@ int main(int argc, char** argv) {
                     static_cast<long long>(b.prompt_n), static_cast<long long>(b.cached), ratios[static_cast<size_t>(t)].back());
       }
       std::fflush(stdout);
+    }
+    if (o.whole > 0) {
+      double a = 0, b = 0;
+      in_turn(0, [&] { a = whole_prompt_ms(reclaim.port, o, users, o.whole); },
+              [&] { b = whole_prompt_ms(llama.port, o, users, o.whole); });
+      std::printf("whole conversation, nothing cached, median of %d: reclaim %.0f ms, llama-server %.0f ms, %.2fx\n",
+                  o.whole, a, b, a / b);
     }
     double worst = 0;
     for (int t = 1; t < o.turns; ++t) worst = std::max(worst, median(ratios[static_cast<size_t>(t)]));

@@ -79,9 +79,23 @@ TEST(Arena, AWindowReusesWhatItFreedAndKeepsBlocksAligned) {
   }
   EXPECT_EQ(first, again);
   for (void* p : sizes) EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 16, 0u);
+  // From 64 KiB on, a block starts on a cache line (arena.h says why).
+  for (size_t i = 6; i < sizes.size(); ++i) EXPECT_EQ(reinterpret_cast<uintptr_t>(sizes[i]) % 64, 0u) << i;
   ::operator delete(again);
   for (void* p : sizes) ::operator delete(p);
   EXPECT_EQ(arena::stats().arenas, 0);
+}
+
+TEST(Arena, LargeBlocksOutsideAWindowStartOnACacheLine) {
+  // ggml's CPU work buffer is a new[] of this kind, made at a context's
+  // first decode, outside any window.
+  std::vector<void*> blocks;
+  for (size_t n : {size_t{64} << 10, size_t{200} << 10, size_t{3} << 20, size_t{300} << 20}) {
+    void* p = ::operator new[](n);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 64, 0u) << n;
+    blocks.push_back(p);
+  }
+  for (void* p : blocks) ::operator delete[](p);
 }
 
 TEST(Arena, LargeBlocksFreedInTheWindowAreReusedFirstFit) {

@@ -19,7 +19,11 @@ namespace {
 void* allocate_or_throw(std::size_t n) {
   if (void* p = reclaim::arena::allocate(n)) return p;
   for (;;) {
-    if (void* p = std::malloc(n ? n : 1)) return p;
+    // Large blocks on a cache line, as the arena's are (core/arena.h).
+    void* p = n >= reclaim::arena::kLineAlignedFrom
+                  ? std::aligned_alloc(reclaim::arena::kLine, (n + reclaim::arena::kLine - 1) & ~(reclaim::arena::kLine - 1))
+                  : std::malloc(n ? n : 1);
+    if (p) return p;
     std::new_handler h = std::get_new_handler();
     if (!h) throw std::bad_alloc();
     h();

@@ -51,10 +51,10 @@ namespace arena {
 // one (core/new_delete.cpp). glibc's are 16 bytes past one, and ggml's CPU
 // backend takes its work buffer, where flash attention keeps each thread's
 // tiles, from new[]: its 64-byte vector loads then each span two lines. With
-// the buffer 16 bytes past a line, a 1,528-token prompt took 1,117 ms to
-// decode instead of 1,025 (spm test model, 2 threads; `python3
-// bench/prompt_ms.py` against `reclaim serve` and llama-server, whose own
-// buffer lands on a line or off one by the chance of its heap's layout).
+// the buffer 16 bytes past a line, 1,528 uncached prompt tokens took 1,117 ms
+// to decode against llama-server's 1,025, and with it on a line 1,025 (spm
+// test model, 2 threads; `build/bin/bench-chat --whole 3` prints both sides;
+// llama-server's own buffer lands on a line or off one by its heap's chance).
 inline constexpr size_t kLineAlignedFrom = size_t{64} << 10;
 inline constexpr size_t kLine = 64;
 

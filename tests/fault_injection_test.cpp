@@ -1,5 +1,6 @@
 // Faults injected, SQLite-style: the Nth malloc, mmap, open or read during a
-// model's load or a request fails, once or from then on, for N = 1, 2, ...
+// model's load, a request, or a conversation's save to the prompt store and
+// its return from there fails, once or from then on, for N = 1, 2, ...
 // until the operation completes without reaching its Nth call. After each
 // failure: a clear error or success, nothing on the ledger, and the process
 // figures back at their baseline (tests/faults/trials.cpp checks each in
@@ -8,6 +9,8 @@
 // is counted and listed, and the sweep goes on past it. reclaim cannot
 // contain those in the server's own process; in the vetting child they end
 // only the child, and the vetter keeps no verdict for a child out of memory.
+// A failed save or restore must cost only the reuse: the returning
+// conversation's tokens are the ones it gets with nothing cached.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -42,6 +45,7 @@ struct Sweep {
   bool done = false;
   std::map<std::string, int> aborts;  // site -> times
   std::vector<std::string> leaks;     // trials that left something of reclaim's
+  std::vector<std::string> wrong;     // trials whose reply differed from the uncached one
   long llama_loader_leaks = 0;        // trials in which llama.cpp's loader lost a handle
 };
 
@@ -98,7 +102,7 @@ Sweep sweep(const std::string& op, const std::string& kind, const std::string& m
   long n = 1;
   for (int starts = 0; !s.done && starts < 2000; ++starts) {
     reclaim::ChildOptions co;
-    co.argv = {FAULT_TRIALS, tiny_model(), op == "request" ? "request" : "load", kind, mode, std::to_string(n)};
+    co.argv = {FAULT_TRIALS, tiny_model(), op == "load-no-arena" ? "load" : op, kind, mode, std::to_string(n)};
     if (op == "load-no-arena") co.env_add.push_back("RECLAIM_LOAD_ARENA=0");
     co.env_add.push_back(std::string("LD_PRELOAD=") + FAULT_LIB);
     co.env_add.push_back("GGML_NO_BACKTRACE=1");  // ggml would attach gdb to print one
@@ -112,6 +116,7 @@ Sweep sweep(const std::string& op, const std::string& kind, const std::string& m
       last = j["n"].get<long>();
       ++s.trials;
       s.calls = std::max(s.calls, j["calls"].get<long>());
+      if (j["outcome"].get<std::string>().rfind("wrong tokens", 0) == 0) s.wrong.push_back(line);
       if (j.contains("done")) {
         s.done = true;
       } else if (j["outcome"] == "done") {
@@ -145,6 +150,7 @@ TEST_P(FaultInjection, EachFailureIsAnErrorOrSuccessAndLeavesNothing) {
   const Sweep s = sweep(op, kind, mode);
   EXPECT_TRUE(s.done) << "the sweep did not reach a run that completes";
   EXPECT_TRUE(s.leaks.empty()) << s.leaks.size() << " trials left something, the first:\n" << s.leaks.front();
+  EXPECT_TRUE(s.wrong.empty()) << s.wrong.size() << " trials generated other tokens, the first:\n" << s.wrong.front();
   // Every abort is llama.cpp's or ggml's own: a GGML_ASSERT or GGML_ABORT in
   // their sources, or a segfault in a ggml or llama function. An exception
   // escaping reclaim would say "terminate".
@@ -163,7 +169,7 @@ TEST_P(FaultInjection, EachFailureIsAnErrorOrSuccessAndLeavesNothing) {
 
 INSTANTIATE_TEST_SUITE_P(
     LoadAndRequest, FaultInjection,
-    ::testing::Combine(::testing::Values("load", "load-no-arena", "request"), ::testing::Values("malloc", "mmap", "open", "read"),
+    ::testing::Combine(::testing::Values("load", "load-no-arena", "request", "restore"), ::testing::Values("malloc", "mmap", "open", "read"),
                        ::testing::Values("once", "persistent")),
     [](const auto& info) {
       std::string name = std::get<0>(info.param) + "_" + std::get<1>(info.param) + "_" + std::get<2>(info.param);

@@ -4,7 +4,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <memory>
 #include <string>
+#include <thread>
 
 namespace reclaim {
 
@@ -14,6 +16,13 @@ size_t common_prefix(const std::vector<llama_token>& a, const std::vector<llama_
   while (i < n && a[i] == b[i]) ++i;
   return i;
 }
+
+namespace {
+struct Unmap {
+  size_t size;
+  void operator()(void* p) const { ::munmap(p, size); }
+};
+}  // namespace
 
 PromptStore::PromptStore(Scope& scope, uint64_t cap) : scope_(scope), cap_(cap) {}
 
@@ -74,22 +83,19 @@ bool PromptStore::save(llama_context* ctx, int32_t seq, const std::vector<llama_
   if (bytes_.load() + mapped > cap) return false;
   Scope::Slot slot = scope_.reserve(Kind::prompt_cache, "saved KV cells of " + std::to_string(tokens.size()) +
                                                             " tokens (host memory)");
-  void* state = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (state == MAP_FAILED) return false;
-  const size_t got = llama_state_seq_get_data(ctx, static_cast<uint8_t*>(state), size, seq);
-  if (got == 0) {
-    ::munmap(state, mapped);
-    return false;
-  }
+  void* mem = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (mem == MAP_FAILED) return false;
+  // Unmapped on every way out until the list holds it: llama.cpp can throw
+  // out of the copy (bad_alloc before its own try; found by the fault
+  // sweep's restore trials), and the list's node can fail to allocate.
+  std::unique_ptr<void, Unmap> state(mem, Unmap{mapped});
+  const size_t got = llama_state_seq_get_data(ctx, static_cast<uint8_t*>(state.get()), size, seq);
+  if (got == 0) return false;
   Saved* p;
   {
     std::lock_guard lock(mu_);
-    try {
-      saved_.push_back(Saved{tokens, state, got, mapped, ++serials_, 0});
-    } catch (...) {
-      ::munmap(state, mapped);
-      throw;
-    }
+    saved_.push_back(Saved{tokens, state.get(), got, mapped, ++serials_, 0});
+    state.release();
     p = &saved_.back();
     bytes_ += mapped;
   }
@@ -149,13 +155,25 @@ void PromptStore::set_cap(uint64_t cap) {
   release_all(drop);
 }
 
+// One save at a time, allocating nothing: an unload or a "drop the caches"
+// must not fail for want of memory (the fault sweep's restore trials, with
+// every allocation failing, left a save behind).
 void PromptStore::clear() {
-  std::vector<CleanupId> drop;
-  {
-    std::lock_guard lock(mu_);
-    drop = make_room_locked(0, 0);
+  for (;;) {
+    CleanupId id = 0;
+    {
+      std::lock_guard lock(mu_);
+      for (const Saved& s : saved_) {
+        if (s.id != 0) {
+          id = s.id;
+          break;
+        }
+      }
+    }
+    if (id == 0) return;
+    // False: another thread is releasing it; its cleanup takes it off the list.
+    if (!scope_.release(id)) std::this_thread::yield();
   }
-  release_all(drop);
 }
 
 size_t PromptStore::count() const {

@@ -7,7 +7,13 @@
 // driver (tests/fault_injection_test.cpp) notes where and starts it again
 // past that N.
 //
-//   LD_PRELOAD=libreclaim-faults.so fault-trials MODEL load|request malloc|mmap|open|read once|persistent FROM [TO]
+//   LD_PRELOAD=libreclaim-faults.so fault-trials MODEL load|request|restore malloc|mmap|open|read once|persistent FROM [TO]
+//
+// "restore": two conversations on one sequence, so that the second's arrival
+// saves the first's cells to the prompt store and the first's return puts
+// them back. A failed save or restore may cost the reuse but never the
+// tokens: the returning conversation must generate what it did with nothing
+// cached, else the trial's outcome starts with "wrong tokens".
 #include <dlfcn.h>
 #include <execinfo.h>
 #include <signal.h>
@@ -17,10 +23,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <stdexcept>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "core/defer.h"
 #include "core/heap.h"
 #include "core/ledger.h"
 #include "core/usage.h"
@@ -48,6 +57,7 @@ BatcherOptions batching() {
   b.n_seq = 1;
   b.session.n_ctx = 64;
   b.session.n_batch = 16;
+  b.cache_ram = 16 << 20;  // room for the restore op's saves
   return b;
 }
 
@@ -60,12 +70,26 @@ void load_op(const std::string& path) {
   m.start_batcher(batching());
 }
 
-void request_op(Model& m) {
+std::vector<llama_token> generate(Model& m, std::vector<llama_token> prompt) {
   GenerateRequest g;
-  g.prompt_tokens = {1, 2, 3, 4};
+  g.prompt_tokens = std::move(prompt);
   g.max_tokens = 3;
   g.sampling.temperature = 0;
-  (void)m.batcher()->generate(g);
+  return m.batcher()->generate(g).tokens;
+}
+
+void request_op(Model& m) { (void)generate(m, {1, 2, 3, 4}); }
+
+// Returns what the returning conversation generated. Ends as it began, with
+// the sequence holding the first conversation and the store empty, so that
+// every trial starts alike and leaves no save on the ledger.
+std::vector<llama_token> restore_op(Model& m) {
+  const std::vector<llama_token> first = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+  // Whichever way it ends: a request that failed leaves its save on the
+  // ledger, accounted, until dropped.
+  Defer drop([&] { m.batcher()->drop_saved(); });
+  (void)generate(m, {20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31});  // saves the first
+  return generate(m, first);                                               // restores it
 }
 
 // A segfault (ggml uses some allocations without checking them) names the
@@ -85,7 +109,7 @@ void on_segv(int sig) {
 
 int main(int argc, char** argv) {
   if (argc < 6 || argc > 7) {
-    std::fprintf(stderr, "usage: %s MODEL load|request malloc|mmap|open|read once|persistent FROM [TO]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s MODEL load|request|restore malloc|mmap|open|read once|persistent FROM [TO]\n", argv[0]);
     return 2;
   }
   const std::string path = argv[1], op = argv[2];
@@ -94,7 +118,7 @@ int main(int argc, char** argv) {
   const long from = std::atol(argv[5]), to = argc == 7 ? std::atol(argv[6]) : 1L << 40;
   auto arm = reinterpret_cast<ArmFn>(dlsym(RTLD_DEFAULT, "reclaim_fault_arm"));
   auto disarm = reinterpret_cast<DisarmFn>(dlsym(RTLD_DEFAULT, "reclaim_fault_disarm"));
-  if (!arm || !disarm || kinds == 0 || (op != "load" && op != "request")) {
+  if (!arm || !disarm || kinds == 0 || (op != "load" && op != "request" && op != "restore")) {
     std::fprintf(stderr, "fault-trials: bad arguments, or libreclaim-faults.so is not preloaded\n");
     return 2;
   }
@@ -103,14 +127,21 @@ int main(int argc, char** argv) {
   ::signal(SIGSEGV, on_segv);
   Runtime runtime;
   std::unique_ptr<Model> loaded;
+  // The returning conversation's tokens with nothing cached: the first,
+  // unarmed run's (the sequence and the store are empty then).
+  std::vector<llama_token> expected;
   auto run = [&] {
     if (op == "load") {
       load_op(path);
-    } else {
+    } else if (op == "request") {
       request_op(*loaded);
+    } else {
+      const std::vector<llama_token> got = restore_op(*loaded);
+      if (expected.empty()) expected = got;
+      if (got != expected) throw std::runtime_error("wrong tokens: the returning conversation generated others");
     }
   };
-  if (op == "request") {
+  if (op != "load") {
     ModelLoad load;
     load.path = path;
     load.n_threads = 1;

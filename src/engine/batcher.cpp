@@ -104,15 +104,9 @@ size_t Batcher::active() const {
   return active_;
 }
 
-size_t Batcher::cached_tokens(int32_t seq) const {
-  std::lock_guard lock(mu_);
-  return cache_->tokens(seq);
-}
+size_t Batcher::cached_tokens(int32_t seq) const { return cache_->tokens(seq); }
 
-uint64_t Batcher::cached_tokens() const {
-  std::lock_guard lock(mu_);
-  return cache_->cells();
-}
+uint64_t Batcher::cached_tokens() const { return cache_->cells(); }
 
 size_t Batcher::waiting() const {
   std::lock_guard lock(mu_);
@@ -214,18 +208,34 @@ void Batcher::retire_and_wait(Job& job) noexcept {
   job.cv.wait(lock, [&] { return job.done; });
 }
 
-void Batcher::admit_locked() {
-  while (!pending_.empty() && active_ < slots_.size()) {
-    Job* j = pending_.front();
-    const PromptCache::Pick p = cache_->pick(j->prompt, j->cache_prompt, [&](size_t s) { return slots_[s] != nullptr; });
-    if (p.seq < 0) break;
-    pending_.pop_front();
-    const int32_t kept = cache_->take(ctx_.get(), p, j->prompt, j->cache_prompt, n_swa_);
-    j->seq = p.seq;
-    j->n_past = j->n_fed = kept;
-    j->result->timings.cached_tokens = kept;
-    slots_[static_cast<size_t>(p.seq)] = j;
-    ++active_;
+void Batcher::admit() {
+  for (;;) {
+    Job* j;
+    PromptCache::Pick p;
+    {
+      std::lock_guard lock(mu_);
+      if (stopping_ || pending_.empty() || active_ >= slots_.size()) return;
+      j = pending_.front();
+      p = cache_->pick(j->prompt, j->cache_prompt, [&](size_t s) { return slots_[s] != nullptr; });
+      if (p.seq < 0) return;
+      pending_.pop_front();
+      j->seq = p.seq;
+      slots_[static_cast<size_t>(p.seq)] = j;
+      ++active_;
+    }
+    // Outside the lock: a save and a restore copy a conversation's cells (tens
+    // of MiB for a long one), and the callers' streams, /health's counts and
+    // new requests need the lock meanwhile. Only this thread uses the cache
+    // and the job's decode fields; a caller that leaves meanwhile finds the job
+    // in its sequence and waits for its retirement.
+    try {
+      const int32_t kept = cache_->take(ctx_.get(), p, j->prompt, j->cache_prompt, n_swa_);
+      j->n_past = j->n_fed = kept;
+      j->result->timings.cached_tokens = kept;
+    } catch (...) {
+      j->error = std::current_exception();
+      retire(*j, false);
+    }
   }
 }
 
@@ -289,7 +299,10 @@ void Batcher::loop() noexcept {
       std::unique_lock lock(mu_);
       work_cv_.wait(lock, [&] { return stopping_ || !pending_.empty() || active_ > 0; });
       if (stopping_) break;
-      admit_locked();
+    }
+    admit();
+    {
+      std::lock_guard lock(mu_);
       for (Job* j : slots_) {
         if (j) held_.push_back(j);
       }

@@ -98,7 +98,7 @@ class Batcher {
   struct Job;
   void loop() noexcept;
   bool step();  // one batch; false when there was nothing to decode
-  void admit_locked();
+  void admit();
   void retire(Job& job, bool cancelled) noexcept;
   void retire_and_wait(Job& job) noexcept;
   void stop_thread() noexcept;

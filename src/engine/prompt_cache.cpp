@@ -6,7 +6,8 @@ namespace reclaim {
 
 PromptCache::PromptCache(Scope& model_scope, Scope& context_scope, CleanupId context_entry,
                          const ContextPlacement& where, int32_t n_seq, uint32_t n_cells, uint64_t store_cap)
-    : seqs_(static_cast<size_t>(n_seq)), context_scope_(context_scope), context_entry_(context_entry),
+    : seqs_(static_cast<size_t>(n_seq)), published_(std::make_unique<std::atomic<size_t>[]>(static_cast<size_t>(n_seq))),
+      context_scope_(context_scope), context_entry_(context_entry),
       context_(where.entry), kv_(where.kv), n_cells_(n_cells), store_(scope_, store_cap), scope_(model_scope, "cache") {
   // Its bytes are the context's: the context's own cleanup frees them, after
   // this scope has closed (it is the model's newest child).
@@ -86,12 +87,6 @@ void PromptCache::drop(llama_context* ctx, int32_t seq) {
   account();
 }
 
-uint64_t PromptCache::cells() const {
-  uint64_t n = 0;
-  for (const Seq& q : seqs_) n += q.tokens.size();
-  return n;
-}
-
 namespace {
 
 // `kv`'s share for `cells` of `n_cells`, at most what the entry holds there.
@@ -104,7 +99,12 @@ uint64_t share(uint64_t kv, uint64_t cells, uint32_t n_cells, uint64_t at_most) 
 }  // namespace
 
 void PromptCache::account() {
-  const uint64_t n = cells();
+  uint64_t n = 0;
+  for (size_t s = 0; s < seqs_.size(); ++s) {
+    published_[s] = seqs_[s].tokens.size();
+    n += seqs_[s].tokens.size();
+  }
+  cells_ = n;
   Placement held, rest = context_;
   held.host = share(kv_.host, n, n_cells_, context_.host);
   rest.host -= held.host;

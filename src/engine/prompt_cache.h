@@ -16,13 +16,16 @@
 // (engine/prompt_store.h), and put back into a free sequence when its
 // conversation returns.
 //
-// Not thread-safe, but for its store: the Batcher calls it under its lock,
-// and only its decode thread touches the cells.
+// Not thread-safe, but for its store and its counts: only the Batcher's
+// decode thread calls it, and other threads read tokens() and cells(),
+// which it publishes after each change.
 #pragma once
 
 #include <llama.h>
 
+#include <atomic>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "core/scope.h"
@@ -72,8 +75,9 @@ class PromptCache {
   // The request in `seq` ended otherwise: its cells go.
   void drop(llama_context* ctx, int32_t seq);
 
-  size_t tokens(int32_t seq) const { return seqs_[static_cast<size_t>(seq)].tokens.size(); }
-  uint64_t cells() const;  // over every sequence
+  // Any thread.
+  size_t tokens(int32_t seq) const { return published_[static_cast<size_t>(seq)].load(); }
+  uint64_t cells() const { return cells_.load(); }  // over every sequence
   PromptStore& store() { return store_; }
 
  private:
@@ -84,6 +88,8 @@ class PromptCache {
   void account();
 
   std::vector<Seq> seqs_;
+  std::unique_ptr<std::atomic<size_t>[]> published_;  // each one's tokens.size()
+  std::atomic<uint64_t> cells_{0};
   uint64_t clock_ = 0;
   Scope& context_scope_;
   CleanupId context_entry_;

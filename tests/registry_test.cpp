@@ -412,7 +412,14 @@ TEST(Registry, AReconfigurationAddsChangesAndRemovesModels) {
     EXPECT_EQ(reg.list().size(), 2u);
     EXPECT_TRUE(reg.status("a").reload_pending);
     EXPECT_EQ(reg.status("a").state, ModelState::loaded);
-    EXPECT_THROW(reg.acquire("alpha"), UnknownModel) << "its new settings wait for the reload";
+    // Its new name at once, served by the model as loaded, with the old
+    // context until the reload.
+    Lease by_alias = reg.acquire("alpha");
+    ASSERT_TRUE(by_alias);
+    EXPECT_EQ(&by_alias.model(), &busy.model());
+    EXPECT_NE(by_alias.model().batcher()->n_ctx_seq(), 512);
+    EXPECT_EQ(reg.status("alpha").aliases, std::vector<std::string>{"alpha"});
+    EXPECT_TRUE(reg.status("alpha").reload_pending);
   }
   // Idle: unloaded, and its next load has the new context.
   ASSERT_TRUE(reg.wait_for_state("a", ModelState::unloaded, 30s));

@@ -36,4 +36,14 @@ inline bool needs_reload(const ModelSettings& a, const ModelSettings& b) {
   return a.n_ctx != b.n_ctx || a.parallel != b.parallel || a.n_threads != b.n_threads || a.n_gpu_layers != b.n_gpu_layers;
 }
 
+// `next` as a model loaded with `loaded` can take it before it loads again:
+// the rest of `next`, with what the load was made with kept.
+inline ModelSettings taken_while_loaded(const ModelSettings& loaded, ModelSettings next) {
+  next.n_ctx = loaded.n_ctx;
+  next.parallel = loaded.parallel;
+  next.n_threads = loaded.n_threads;
+  next.n_gpu_layers = loaded.n_gpu_layers;
+  return next;
+}
+
 }  // namespace reclaim

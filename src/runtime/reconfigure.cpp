@@ -56,6 +56,13 @@ Registry::Reconfigured Registry::reconfigure(std::vector<ModelSpec> models) {
       e.next_spec.reset();
       e.estimated_file.clear();  // the estimate was of the old context
     } else {
+      // Its names, template, keep-alive, pin and defaults at once, as
+      // without a reload (a new alias is served now, by the model as
+      // loaded); the rest once it is idle and unloaded.
+      ModelSpec now_spec = m;
+      now_spec.path = e.spec.path;
+      now_spec.settings = taken_while_loaded(e.spec.settings, m.settings);
+      e.spec = std::move(now_spec);
       e.next_spec = std::move(m);
     }
   }

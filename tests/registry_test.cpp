@@ -395,38 +395,72 @@ TEST(Registry, PromptCacheSavesStayWhenDroppingThemCannotMakeRoom) {
   EXPECT_EQ(reg.scheduler().evictions, 1u);
 }
 
+TEST(Registry, AModelLoadedByHandReloadsForItsWaitingRequestsWithoutAutoload) {
+  RegistryOptions o = options();
+  o.autoload = false;
+  Registry reg(o, {{"a", small_model("spm")}});
+  reg.load("a");
+  ModelSpec a2{"a", small_model("spm")};
+  a2.settings.n_ctx = 512;
+  std::future<Lease> waiting;
+  {
+    Lease busy = reg.acquire("a");
+    reg.reconfigure({a2});
+    waiting = std::async(std::launch::async, [&] { return reg.acquire("a"); });
+    ASSERT_TRUE([&] {
+      for (int i = 0; i < 2000 && reg.status("a").queued == 0; ++i) std::this_thread::sleep_for(5ms);
+      return reg.status("a").queued == 1;
+    }());
+  }
+  // Unloaded to take the new context, not by anyone's wish: loaded again.
+  Lease l = waiting.get();
+  ASSERT_TRUE(l);
+  EXPECT_EQ(l.model().batcher()->n_ctx_seq(), 512);
+  l.release();
+  // An unload by hand stays one.
+  reg.unload("a", UnloadMode::drain, 30s);
+  EXPECT_THROW(reg.acquire("a"), NotLoaded);
+}
+
 TEST(Registry, AReconfigurationAddsChangesAndRemovesModels) {
   Registry reg(options(), {{"a", small_model("spm")}, {"b", small_model("bpe")}});
   reg.load("a");
   ModelSpec a2{"a", small_model("spm")};
   a2.settings.n_ctx = 512;  // llama.cpp rounds a context up to 256
   a2.settings.aliases = {"alpha"};
+  std::future<Lease> by_alias;
   {
     Lease busy = reg.acquire("a");
     const Registry::Reconfigured r = reg.reconfigure({a2, {"c", spm_copy()}});
     EXPECT_EQ(r.added, 1);
     EXPECT_EQ(r.changed, 1);
     EXPECT_EQ(r.removed, 1);
-    // b was not loaded: gone at once. a is busy: it keeps serving as it was.
+    // b was not loaded: gone at once. a is busy: its running request goes on
+    // as it was.
     EXPECT_THROW(reg.acquire("b"), UnknownModel);
     EXPECT_EQ(reg.list().size(), 2u);
     EXPECT_TRUE(reg.status("a").reload_pending);
     EXPECT_EQ(reg.status("a").state, ModelState::loaded);
-    // Its new name at once, served by the model as loaded, with the old
-    // context until the reload.
-    Lease by_alias = reg.acquire("alpha");
-    ASSERT_TRUE(by_alias);
-    EXPECT_EQ(&by_alias.model(), &busy.model());
-    EXPECT_NE(by_alias.model().batcher()->n_ctx_seq(), 512);
+    // Its new name is known at once. A request by it waits for the reload
+    // instead of keeping the old load busy (a model never idle would never
+    // reload): not admitted now, and queued when it may wait.
     EXPECT_EQ(reg.status("alpha").aliases, std::vector<std::string>{"alpha"});
-    EXPECT_TRUE(reg.status("alpha").reload_pending);
+    Wait now;
+    now.no_wait = true;
+    EXPECT_FALSE(reg.acquire("alpha", Millis(-2), now));
+    by_alias = std::async(std::launch::async, [&] { return reg.acquire("alpha"); });
+    ASSERT_TRUE([&] {
+      for (int i = 0; i < 2000 && reg.status("a").queued == 0; ++i) std::this_thread::sleep_for(5ms);
+      return reg.status("a").queued == 1;
+    }());
+    EXPECT_EQ(reg.status("a").in_flight, 1);
   }
-  // Idle: unloaded, and its next load has the new context.
-  ASSERT_TRUE(reg.wait_for_state("a", ModelState::unloaded, 30s));
-  EXPECT_FALSE(reg.status("a").reload_pending);
-  Lease l = reg.acquire("alpha");
+  // Idle: unloaded, and the waiting request loads it with the new context.
+  Lease l = by_alias.get();
   ASSERT_TRUE(l);
   EXPECT_EQ(l.model().batcher()->n_ctx_seq(), 512);
+  EXPECT_FALSE(reg.status("a").reload_pending);
+  EXPECT_EQ(reg.status("a").unloads, 1u);
   l.release();
   // A set that is not valid changes nothing.
   EXPECT_THROW(reg.reconfigure({{"x", small_model("spm")}, {"x", small_model("bpe")}}), Error);

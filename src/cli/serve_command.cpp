@@ -209,7 +209,8 @@ class ModelSources {
 // SIGHUP: the config file and the folder again. A mistake keeps the
 // settings before, and says so in one line. A model with `preload` that is
 // not loaded (new, or preload newly set) is loaded, as at start-up; one that
-// waits to reload with new settings is loaded by its next request.
+// waits to reload with new settings is loaded again by the requests that
+// wait for it, or by the next one.
 void reload(ModelSources& sources, Registry& registry) {
   try {
     const Registry::Reconfigured r = sources.reload(registry);

@@ -144,7 +144,10 @@ void Registry::load(const std::string& name, bool pin, const Wait& wait) {
   check_name(name);
   std::unique_lock lock(mu_);
   Entry& e = find_locked(name);
-  if (pin) e.spec.pinned = true;
+  if (pin) {
+    e.spec.pinned = true;
+    if (e.next_spec) e.next_spec->pinned = true;  // and after a pending reload
+  }
   Wait w = wait;
   w.no_wait = false;
   admit_locked(lock, e, w, false, true);
@@ -160,6 +163,7 @@ void Registry::set_pinned(const std::string& name, bool pinned) {
   std::lock_guard lock(mu_);
   Entry& e = find_locked(name);
   e.spec.pinned = pinned;
+  if (e.next_spec) e.next_spec->pinned = pinned;
   if (e.in_flight == 0 && e.model) {
     const Millis ka = keep_alive_of(e);
     e.expires = pinned || ka.count() < 0 ? Steady::time_point::max() : Steady::now() + ka;
@@ -221,6 +225,7 @@ ModelLoad Registry::model_load(Entry& e) {
 
 void Registry::load_locked(std::unique_lock<std::mutex>& lock, Entry& e, int64_t estimate) {
   e.state = ModelState::loading;
+  e.unloaded_to_reload = false;
   e.progress = 0;
   e.last_error.clear();
   e.reserved = estimate;
@@ -438,7 +443,9 @@ void Registry::reaper() {
       next = std::min(next, e.expires);
     }
     if (expired) {
+      const bool to_reload = expired->next_spec.has_value() && !expired->retired;
       unload_locked(lock, *expired, UnloadMode::drain, Millis(0));
+      if (to_reload && expired->state == ModelState::unloaded) expired->unloaded_to_reload = true;
       sweep_locked();
       continue;
     }

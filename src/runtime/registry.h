@@ -219,11 +219,12 @@ class Registry {
   // The models as a reloaded configuration has them (SIGHUP, a folder
   // scanned again). A new name is added. A model whose path, context,
   // parallelism, threads or GPU layers changed takes them at once if it is
-  // not loaded, else once it is idle: it is unloaded then and loads with
-  // them next; its other settings (aliases, template, keep-alive, pin,
-  // defaults) it takes at once. A name no longer there is refused from now
-  // on and dropped once unloaded (a busy model when idle). Throws Error,
-  // changing nothing, where the set is not valid.
+  // not loaded; if it is, it takes no new request from then: its running
+  // ones finish, it is unloaded, and the requests that came meanwhile load
+  // it with them (under --no-autoload too). Its other settings (aliases,
+  // template, keep-alive, pin, defaults) it takes at once. A name no longer
+  // there is refused from now on and dropped once unloaded (a busy model
+  // when idle). Throws Error, changing nothing, where the set is not valid.
   struct Reconfigured {
     int added = 0, changed = 0, removed = 0;
   };

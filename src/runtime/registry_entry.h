@@ -17,6 +17,9 @@ struct Registry::Entry {
   ModelSpec spec;
   std::optional<ModelSpec> next_spec;  // reconfigured: taken once it is unloaded
   bool retired = false;                // reconfigured away: refused, dropped once unloaded
+  // Unloaded to take new settings: its waiting requests load it again, even
+  // under --no-autoload (it was loaded before); cleared by a load.
+  bool unloaded_to_reload = false;
   ModelState state = ModelState::unloaded;
   std::unique_ptr<Model> model;
   int in_flight = 0;

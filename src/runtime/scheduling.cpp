@@ -69,8 +69,21 @@ bool Registry::admit_locked(std::unique_lock<std::mutex>& lock, Entry& e, const 
   for (;;) {
     if (stopping_) throw NoRoom("the server is shutting down");
     if (turn_id != 0 && find_turn() == line_.end()) drop_turn();
-    const bool admits = e.state == ModelState::loaded && !e.unload_requested && !e.draining;
-    if (admits) {
+    // A model that waits to load again with new settings (a reconfiguration)
+    // takes nothing more on its old load: its running requests finish, the
+    // reaper unloads it, and what came meanwhile loads it with them. Served
+    // on, a model never idle would never take them.
+    const bool reloading = e.next_spec.has_value() && e.state == ModelState::loaded;
+    const bool admits = e.state == ModelState::loaded && !e.unload_requested && !e.draining && !reloading;
+    if (reloading && !e.unload_requested) {
+      if (slot_ticket != 0) {
+        e.slot_line.erase(std::find(e.slot_line.begin(), e.slot_line.end(), slot_ticket));
+        slot_ticket = 0;
+      }
+      drop_turn();
+      join_queue();
+      if (wait.no_wait) return false;
+    } else if (admits) {
       drop_turn();
       if (!slot || max_running_of(e) == 0) return true;
       const bool first = e.slot_line.empty() || e.slot_line.front() == slot_ticket;
@@ -87,7 +100,7 @@ bool Registry::admit_locked(std::unique_lock<std::mutex>& lock, Entry& e, const 
       }
     } else if (!e.unload_requested && (e.state == ModelState::unloaded || e.state == ModelState::loaded)) {
       // Unloaded, or loaded but chosen to make room: it needs a turn.
-      if (e.state == ModelState::unloaded && !autoload) {
+      if (e.state == ModelState::unloaded && !autoload && !e.unloaded_to_reload) {
         throw NotLoaded("model '" + e.spec.name + "' is not loaded, and this server does not load models on request "
                         "(--no-autoload): load it with POST /v1/models/load");
       }

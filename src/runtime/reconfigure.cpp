@@ -57,8 +57,8 @@ Registry::Reconfigured Registry::reconfigure(std::vector<ModelSpec> models) {
       e.estimated_file.clear();  // the estimate was of the old context
     } else {
       // Its names, template, keep-alive, pin and defaults at once, as
-      // without a reload (a new alias is served now, by the model as
-      // loaded); the rest once it is idle and unloaded.
+      // without a reload (a new alias is known now; its requests, like any,
+      // wait for the reload: scheduling.cpp); the rest once it is unloaded.
       ModelSpec now_spec = m;
       now_spec.path = e.spec.path;
       now_spec.settings = taken_while_loaded(e.spec.settings, m.settings);

@@ -233,6 +233,12 @@ int main(int argc, char** argv) {
     for (int t = 1; t < o.turns; ++t) worst = std::max(worst, median(ratios[static_cast<size_t>(t)]));
     std::printf("median ratio per turn:");
     for (const auto& r : ratios) std::printf(" %.2fx", median(r));
+    // How far a turn moves between rounds: on a busy or small machine a
+    // median within that spread of 1.0 is level.
+    std::printf("\nlowest-highest per turn:");
+    for (const auto& r : ratios) {
+      std::printf(" %.2f-%.2f", *std::min_element(r.begin(), r.end()), *std::max_element(r.begin(), r.end()));
+    }
     std::printf("\nworst turn after the first: %.2fx of llama-server's time to first token (target <= 1.0x)\n", worst);
     for (ServerProcess* s : sides) s->stop();
     std::filesystem::remove_all(dir);

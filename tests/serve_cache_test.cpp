@@ -47,7 +47,9 @@ TEST(ServePromptCache, AChatsNextTurnReusesItsHistoryAndSaysSo) {
   for (const json& e : r["ledger"]["entries"]) {
     if (e["owner"] == "registry/model:bpe/cache" && e["kind"] == "prompt_cache") bytes += e["bytes"].get<uint64_t>();
   }
-  EXPECT_GT(bytes, 0u) << r["ledger"].dump();
+  // (Under a sanitizer the context's entry, whose share this is, may read 0:
+  // its bytes are the heap's growth, which mallinfo does not see there.)
+  if (!sanitized()) EXPECT_GT(bytes, 0u) << r["ledger"].dump();
 
   // "cache_prompt": false reuses nothing, and leaves nothing behind.
   const json third = s.post_json("/v1/chat/completions", turn(messages, false));

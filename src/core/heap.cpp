@@ -10,6 +10,7 @@
 
 #include "core/arena.h"
 #include "core/env_switch.h"
+#include "core/thresholds.h"
 
 extern char** environ;
 
@@ -139,6 +140,12 @@ std::vector<std::string> original_environment() {
   // The raw side must not re-exec either.
   env.push_back("RECLAIM_NO_REEXEC=1");
   return env;
+}
+
+bool give_back_free_heap(int64_t heap_free) {
+  if (heap_free <= Thresholds{}.anon_residue) return false;
+  release_free_heap();
+  return true;
 }
 
 }  // namespace reclaim

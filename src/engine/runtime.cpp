@@ -1,7 +1,5 @@
 #include "engine/runtime.h"
 
-#include "core/ledger.h"
-
 #include <llama.h>
 
 #include <algorithm>
@@ -16,6 +14,7 @@
 
 #include "core/error.h"
 #include "core/heap.h"
+#include "core/ledger.h"
 #include "engine/devices.h"
 #include "engine/warmup.h"
 
@@ -58,7 +57,7 @@ void on_llama_log(ggml_log_level level, const char* text, void*) {
   // llama.cpp's debug lines (the KV cache's slots with LLAMA_KV_CACHE_DEBUG,
   // ...) only when asked for: RECLAIM_LOG=llama-debug.
   static const bool debug = log_topic_enabled("llama-debug");
-  if ((g_verbose.load(std::memory_order_relaxed) || debug) && (level != GGML_LOG_LEVEL_DEBUG || debug)) std::fputs(text, stderr);
+  if (debug || (g_verbose.load(std::memory_order_relaxed) && level != GGML_LOG_LEVEL_DEBUG)) std::fputs(text, stderr);
 }
 
 std::vector<DeviceMemory> probe_devices() {

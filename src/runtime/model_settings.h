@@ -29,15 +29,9 @@ struct ModelSettings {
   bool operator==(const ModelSettings&) const = default;
 };
 
-// Whether a model loaded with `a` must load again to take `b`: what its
-// weights and its batch were made with. The rest (aliases, template,
-// keep-alive, defaults) a loaded model takes at once.
-inline bool needs_reload(const ModelSettings& a, const ModelSettings& b) {
-  return a.n_ctx != b.n_ctx || a.parallel != b.parallel || a.n_threads != b.n_threads || a.n_gpu_layers != b.n_gpu_layers;
-}
-
 // `next` as a model loaded with `loaded` can take it before it loads again:
-// the rest of `next`, with what the load was made with kept.
+// `next` with what its weights and its batch were made with kept. The rest
+// (aliases, template, keep-alive, defaults) a loaded model takes at once.
 inline ModelSettings taken_while_loaded(const ModelSettings& loaded, ModelSettings next) {
   next.n_ctx = loaded.n_ctx;
   next.parallel = loaded.parallel;
@@ -45,5 +39,8 @@ inline ModelSettings taken_while_loaded(const ModelSettings& loaded, ModelSettin
   next.n_gpu_layers = loaded.n_gpu_layers;
   return next;
 }
+
+// Whether a model loaded with `a` must load again to take `b`.
+inline bool needs_reload(const ModelSettings& a, const ModelSettings& b) { return taken_while_loaded(a, b) != b; }
 
 }  // namespace reclaim

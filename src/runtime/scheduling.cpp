@@ -34,9 +34,15 @@ bool Registry::admit_locked(std::unique_lock<std::mutex>& lock, Entry& e, const 
     }
     turn_id = 0;
   };
+  // Out of e's slot line, for a request that no longer waits for a slot there.
+  auto leave_slot_line = [&] {
+    if (slot_ticket == 0) return;
+    e.slot_line.erase(std::find(e.slot_line.begin(), e.slot_line.end(), slot_ticket));
+    slot_ticket = 0;
+  };
   Defer leave([&] {
     drop_turn();
-    if (slot_ticket != 0) e.slot_line.erase(std::find(e.slot_line.begin(), e.slot_line.end(), slot_ticket));
+    leave_slot_line();
     if (waiting) {
       --e.queued;
       --sched_.waiting;
@@ -76,10 +82,7 @@ bool Registry::admit_locked(std::unique_lock<std::mutex>& lock, Entry& e, const 
     const bool reloading = e.next_spec.has_value() && e.state == ModelState::loaded;
     const bool admits = e.state == ModelState::loaded && !e.unload_requested && !e.draining && !reloading;
     if (reloading && !e.unload_requested) {
-      if (slot_ticket != 0) {
-        e.slot_line.erase(std::find(e.slot_line.begin(), e.slot_line.end(), slot_ticket));
-        slot_ticket = 0;
-      }
+      leave_slot_line();
       drop_turn();
       join_queue();
       if (wait.no_wait) return false;
@@ -106,10 +109,7 @@ bool Registry::admit_locked(std::unique_lock<std::mutex>& lock, Entry& e, const 
       }
       join_queue();
       if (wait.no_wait) return false;
-      if (slot_ticket != 0) {
-        e.slot_line.erase(std::find(e.slot_line.begin(), e.slot_line.end(), slot_ticket));
-        slot_ticket = 0;
-      }
+      leave_slot_line();
       if (turn_id == 0) {
         auto it = std::find_if(line_.begin(), line_.end(), [&](const Turn& t) { return t.entry == &e; });
         if (it == line_.end()) it = line_.insert(line_.end(), Turn{next_ticket_++, &e, 0, false});

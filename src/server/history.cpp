@@ -2,7 +2,6 @@
 
 #include "core/error.h"
 #include "core/heap.h"
-#include "core/thresholds.h"
 #include "core/ledger.h"
 #include "core/usage.h"
 
@@ -21,12 +20,6 @@ double epoch_seconds() {
 }
 
 }  // namespace
-
-bool give_back_free_heap(const Usage& u) {
-  if (u.heap_free <= Thresholds{}.anon_residue) return false;
-  release_free_heap();
-  return true;
-}
 
 ResourceHistory::ResourceHistory(Scope& scope, const Registry& registry, std::chrono::milliseconds every, size_t samples)
     : registry_(registry), every_(every) {
@@ -68,7 +61,7 @@ void ResourceHistory::sample() {
   if (samples_.empty()) return;
   const Usage u = Usage::capture();
   // At most a second after it was freed.
-  (void)give_back_free_heap(u);
+  (void)give_back_free_heap(u.heap_free);
   HistorySample s;
   s.t = epoch_seconds();
   s.rss = u.rss;

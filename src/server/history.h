@@ -20,7 +20,6 @@
 
 #include "core/scope.h"
 #include "core/stack_thread.h"
-#include "core/usage.h"
 #include "runtime/registry.h"
 
 namespace reclaim::server {
@@ -36,14 +35,6 @@ struct HistoryEvent {
   bool load = true;  // false: an unload
   std::string model;
 };
-
-// Gives freed heap back when there is more of it than the audit's anon
-// threshold; true if it did, and `u` is then out of date. A load raises
-// glibc's trim threshold, so what requests free after it stays otherwise:
-// after a load and unload with the dashboard open, 3.1 MiB of free heap kept
-// anon 1.4 MiB over the start with 27 KiB in use (GET /v1/resources:
-// residue.heap_free and heap_in_use).
-bool give_back_free_heap(const Usage& u);
 
 class ResourceHistory {
  public:

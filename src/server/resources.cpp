@@ -1,7 +1,7 @@
 #include "server/resources.h"
 
+#include "core/heap.h"
 #include "core/ledger.h"
-#include "server/history.h"
 
 namespace reclaim::server {
 
@@ -115,7 +115,7 @@ json resources_json(const Registry& registry, const Baseline& base, int64_t conn
   // Heap freed while the figures were read (a browser's polls during an
   // unload) is given back before it is judged, as the history's sampler would
   // a second later.
-  if (give_back_free_heap(now_usage)) now_usage = Usage::capture();
+  if (give_back_free_heap(now_usage.heap_free)) now_usage = Usage::capture();
   Usage residue = now_usage - baseline;
   // The clients' connections are open while they are measured: a socket and
   // the watchdog's duplicate each (server/connections.h). A browser keeps

@@ -7,8 +7,11 @@
 #include <string>
 #include <thread>
 
+#include <gtest/gtest.h>
+
 #include "core/ledger.h"
 #include "engine/batcher.h"
+#include "engine/parity.h"
 
 namespace reclaim::testing {
 
@@ -37,6 +40,28 @@ inline bool sequence_holds_its_cache(Batcher& b, int32_t seq) {
 inline size_t cells_left(const GenerateResult& r) {
   const bool last_undecoded = r.finish == FinishReason::length || r.finish == FinishReason::stop;
   return static_cast<size_t>(r.timings.prompt_tokens) + r.tokens.size() - (last_undecoded && !r.tokens.empty() ? 1 : 0);
+}
+
+// A request asks for the log-probabilities that the promise between a run
+// alone and a run beside others is judged by (engine/parity.h).
+inline GenerateRequest judged(GenerateRequest r) {
+  r.logprobs = kParityLogprobs;
+  return r;
+}
+
+// That promise, as a test's expectation: `got` is what `alone` would be, up
+// to the first near tie, with every log-probability within the tolerance.
+// When they never part (and neither was cut short), the text and the way
+// they ended are the same too.
+inline Parity expect_as_alone(const GenerateResult& alone, const GenerateResult& got, const std::string& what = "",
+                              bool greedy = true) {
+  const Parity p = compare_runs(alone, got, greedy);
+  EXPECT_TRUE(p.holds) << what << ": " << p.why;
+  if (p.holds && p.parted_at < 0 && got.tokens.size() == alone.tokens.size()) {
+    EXPECT_EQ(got.text, alone.text) << what;
+    EXPECT_EQ(got.finish, alone.finish) << what;
+  }
+  return p;
 }
 
 // Until `pred` holds, polling; false if it did not within `bound`.

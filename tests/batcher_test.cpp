@@ -19,6 +19,8 @@ using reclaim::testing::sequence_empty;
 using reclaim::testing::sequence_holds_its_cache;
 using reclaim::testing::eventually;
 using reclaim::testing::ready_within;
+using reclaim::testing::expect_as_alone;
+using reclaim::testing::judged;
 using reclaim::testing::small_model;
 using reclaim::testing::small_session;
 
@@ -33,7 +35,7 @@ GenerateRequest request(const std::string& prompt, int max_tokens = 24) {
   r.prompt = prompt;
   r.max_tokens = max_tokens;
   r.sampling.temperature = 0;
-  return r;
+  return judged(r);
 }
 
 const std::vector<std::string> kPrompts = {
@@ -80,10 +82,8 @@ TEST(Batcher, ConcurrentRequestsGetTheTokensEachGetsAloneInFewerDecodes) {
   size_t generated = 0;
   for (size_t i = 0; i < reqs.size(); ++i) {
     const GenerateResult r = got[i].get();
-    EXPECT_EQ(r.tokens, want[i].tokens) << "request " << i;
-    EXPECT_EQ(r.text, want[i].text) << "request " << i;
+    expect_as_alone(want[i], r, "request " + std::to_string(i));
     EXPECT_EQ(streamed[i], r.text) << "request " << i;
-    EXPECT_EQ(r.finish, want[i].finish) << "request " << i;
     EXPECT_EQ(r.timings.prompt_tokens, want[i].timings.prompt_tokens);
     generated += r.tokens.size();
   }
@@ -114,7 +114,7 @@ TEST(Batcher, SampledRequestsWithASeedMatchTheirSessionRuns) {
   for (const GenerateRequest& r : reqs) got.push_back(std::async(std::launch::async, [&b, &r] { return b.generate(r); }));
   for (size_t i = 0; i < reqs.size(); ++i) {
     const GenerateResult r = got[i].get();
-    EXPECT_EQ(r.tokens, want[i].tokens) << "request " << i;
+    expect_as_alone(want[i], r, "request " + std::to_string(i), /*greedy=*/false);
     EXPECT_EQ(r.seed, want[i].seed);
   }
   EXPECT_EQ(request_entries(), 0u);
@@ -139,7 +139,7 @@ TEST(Batcher, MoreRequestsThanSequencesWaitTheirTurn) {
       return b.generate(r, h);
     }));
   }
-  for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(got[i].get().tokens, want[i].tokens) << "request " << i;
+  for (size_t i = 0; i < reqs.size(); ++i) expect_as_alone(want[i], got[i].get(), "request " + std::to_string(i));
   EXPECT_LE(most.load(), 2u);
   EXPECT_GE(most.load(), 1u);
   EXPECT_EQ(b.active(), 0u);
@@ -165,11 +165,9 @@ TEST(Batcher, ACancelledRequestEndsAndTheOthersRunOn) {
   EXPECT_EQ(c.cancel_reason, CancelReason::client_gone);
   EXPECT_LT(c.tokens.size(), want[0].tokens.size());
   // What it did generate is what it would have.
-  ASSERT_LE(c.tokens.size(), want[0].tokens.size());
-  EXPECT_TRUE(std::equal(c.tokens.begin(), c.tokens.end(), want[0].tokens.begin()));
+  expect_as_alone(want[0], c, "the cancelled request");
   const GenerateResult o = other.get();
-  EXPECT_EQ(o.tokens, want[1].tokens);
-  EXPECT_EQ(o.finish, want[1].finish);
+  expect_as_alone(want[1], o, "the other request");
   EXPECT_EQ(b.active(), 0u);
   // Only the request that ended well left cells, for the prompt cache.
   for (int32_t s = 0; s < b.n_seq(); ++s) EXPECT_TRUE(sequence_holds_its_cache(b, s)) << "sequence " << s;
@@ -192,7 +190,8 @@ TEST(Batcher, ACallerThatThrowsFromItsTextHookLeavesNothingBehind) {
   // The sequence it had is free and clean for the next request.
   Model fresh(load());
   Session s(fresh, small_session());
-  EXPECT_EQ(b.generate(request(kPrompts[2])).tokens, generate(s, request(kPrompts[2])).tokens);
+  const GenerateResult alone_now = generate(s, request(kPrompts[2]));
+  expect_as_alone(alone_now, b.generate(request(kPrompts[2])));
 }
 
 // A decode that fails at a step of two generating requests: both end with
@@ -226,7 +225,7 @@ void expect_a_failed_step_ends_its_requests(const std::function<int32_t(int step
     }
   }
   const GenerateResult third = got[2].get();
-  EXPECT_EQ(third.tokens, want[2].tokens);
+  expect_as_alone(want[2], third, "the third request");
   EXPECT_EQ(b.active(), 0u);
   EXPECT_EQ(b.waiting(), 0u);
   // Only the third, which ended well, left cells, for the prompt cache.

@@ -17,6 +17,8 @@ using reclaim::testing::sequence_empty;
 using reclaim::testing::sequence_holds_its_cache;
 using reclaim::testing::small_model;
 using reclaim::testing::small_session;
+using reclaim::testing::expect_as_alone;
+using reclaim::testing::judged;
 
 namespace {
 
@@ -28,7 +30,7 @@ GenerateRequest request(std::vector<llama_token> prompt, int max_tokens = 12, bo
   r.max_tokens = max_tokens;
   r.sampling.temperature = 0;
   r.cache_prompt = cache;
-  return r;
+  return judged(r);
 }
 
 // A chat as a client sends it: each turn the whole conversation so far,
@@ -114,9 +116,10 @@ TEST(PromptCache, TheSameTokensComeWithAndWithoutTheCache) {
   int reused = 0, reused_without = 0;
   const std::vector<GenerateResult> with = converse(true, reused);
   const std::vector<GenerateResult> without = converse(false, reused_without);
+  // Each side's next turn carries its own answers: after a turn where the
+  // two part (at a near tie), the conversations are no longer the same.
   for (size_t i = 0; i < kMessages.size(); ++i) {
-    EXPECT_EQ(with[i].tokens, without[i].tokens) << "turn " << i;
-    EXPECT_EQ(with[i].text, without[i].text) << "turn " << i;
+    if (expect_as_alone(without[i], with[i], "turn " + std::to_string(i)).parted_at >= 0) break;
   }
   EXPECT_GT(reused, 0) << "the cached side never reused anything";
   EXPECT_EQ(reused_without, 0);
@@ -140,7 +143,7 @@ TEST(PromptCache, APartialMatchReusesTheSharedPart) {
   const std::vector<llama_token> again(second.begin(), second.end());
   const GenerateResult a = b.generate(request(again));
   EXPECT_EQ(static_cast<size_t>(a.timings.cached_tokens), again.size() - 1);
-  EXPECT_EQ(a.tokens, r.tokens);
+  expect_as_alone(r, a, "the whole prompt again");
 }
 
 TEST(PromptCache, EachConversationFindsItsOwnSequence) {
@@ -222,11 +225,14 @@ TEST(PromptCache, AConversationWhoseSequenceWasTakenComesBackFromTheStore) {
   Model fresh(load());
   Batcher& plain = fresh.start_batcher({1, small_session(512)});
   Conversation one_again(fresh, "One conversation, about water."), two_again(fresh, "Another, about stone and hills.");
+  // After a turn where the two part (at a near tie), that conversation is
+  // no longer the same on both: the comparison ends there.
   size_t k = 0;
-  for (size_t i = 0; i < kMessages.size(); ++i) {
+  bool parted = false;
+  for (size_t i = 0; i < kMessages.size() && !parted; ++i) {
     for (Conversation* c : {&one_again, &two_again}) {
       const GenerateResult r = plain.generate(c->turn(kMessages[i]));
-      EXPECT_EQ(r.tokens, got[k].tokens) << "turn " << i;
+      parted = parted || expect_as_alone(r, got[k], "turn " + std::to_string(i)).parted_at >= 0;
       ++k;
       c->answered(r);
     }
@@ -297,5 +303,5 @@ TEST(PromptCache, ASaveBeingPutBackIsNotDroppedForTheOneItDisplaces) {
   EXPECT_EQ(b.saved_count(), 0u) << "the displaced conversation had no room";
   Model fresh(load());
   Session s(fresh, small_session(512));
-  EXPECT_EQ(back.tokens, generate(s, q).tokens);
+  expect_as_alone(generate(s, q), back, "the restored conversation");
 }

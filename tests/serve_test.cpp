@@ -15,11 +15,13 @@
 #include <fstream>
 #include <future>
 #include <map>
+#include <mutex>
 #include <regex>
 #include <map>
 #include <sstream>
 #include <thread>
 
+#include "engine/parity.h"
 #include "served.h"
 #include "temp_path.h"
 
@@ -198,19 +200,52 @@ TEST(Serve, AClientThatVanishesMidStreamEndsItsRequest) {
   s.expect_clean();
 }
 
+// A chat answer as the promise of engine/parity.h judges it: each token
+// known by its bytes, with the log-probabilities the server gave it.
+class Answers {
+ public:
+  // Adds one response's or one chunk's choice to `r`.
+  void add(const json& choice, reclaim::GenerateResult& r) {
+    const json& part = choice.contains("delta") ? choice["delta"] : choice["message"];
+    if (part.contains("content") && part["content"].is_string()) r.text += part["content"].get<std::string>();
+    if (choice.contains("logprobs") && choice["logprobs"].is_object()) {
+      for (const json& item : choice["logprobs"]["content"]) {
+        reclaim::TokenLogprob lp{id(item), item["logprob"].get<float>(), {}};
+        for (const json& t : item["top_logprobs"]) lp.top.emplace_back(id(t), t["logprob"].get<float>());
+        r.tokens.push_back(lp.token);
+        r.logprobs.push_back(std::move(lp));
+      }
+    }
+    if (choice.contains("finish_reason") && choice["finish_reason"].is_string()) {
+      r.finish = choice["finish_reason"] == "stop" ? reclaim::FinishReason::eos : reclaim::FinishReason::length;
+    }
+  }
+
+ private:
+  llama_token id(const json& token) {
+    const std::string bytes = token["bytes"].dump();
+    return ids_.emplace(bytes, static_cast<llama_token>(ids_.size())).first->second;
+  }
+  std::map<std::string, llama_token> ids_;
+};
+
 TEST(Serve, ConcurrentStreamsDecodeTogetherAndEachGetsItsOwnText) {
   Served s({"--parallel", "4", "--keep-alive", "-1"});
   auto ask = [&](int i, bool stream) {
     json req = chat(48, stream);
     req["messages"][0]["content"] = "question number " + std::to_string(i) + (i % 2 ? " about rivers" : "");
+    req["logprobs"] = true;
+    req["top_logprobs"] = reclaim::kParityLogprobs;
     return req;
   };
-  std::vector<std::string> alone;
+  Answers answers;
+  std::mutex answers_lock;
+  std::vector<reclaim::GenerateResult> alone(4);
   for (int i = 0; i < 4; ++i) {
     auto r = s.post("/v1/chat/completions", ask(i, false));
     ASSERT_TRUE(r);
     ASSERT_EQ(r->status, 200) << r->body;
-    alone.push_back(json::parse(r->body)["choices"][0]["message"]["content"]);
+    answers.add(json::parse(r->body)["choices"][0], alone[static_cast<size_t>(i)]);
   }
   auto steps = [&] { return s.model("bpe")["batch"]["decode_steps"].get<uint64_t>(); };
   const uint64_t steps_alone = steps();
@@ -221,16 +256,18 @@ TEST(Serve, ConcurrentStreamsDecodeTogetherAndEachGetsItsOwnText) {
       httplib::Client c("127.0.0.1", s.port());
       c.set_read_timeout(120, 0);
       auto r = c.Post("/v1/chat/completions", ask(i, true).dump(), "application/json");
-      std::string text;
-      if (!r || r->status != 200) return std::string("status ") + (r ? std::to_string(r->status) : "none");
+      reclaim::GenerateResult got;
+      if (!r || r->status != 200) {
+        got.text = std::string("status ") + (r ? std::to_string(r->status) : "none");
+        return got;
+      }
       std::istringstream lines(r->body);
+      std::lock_guard hold(answers_lock);
       for (std::string line; std::getline(lines, line);) {
         if (line.rfind("data: {", 0) != 0) continue;
-        const json chunk = json::parse(line.substr(6));
-        const json& delta = chunk["choices"][0]["delta"];
-        if (delta.contains("content")) text += delta["content"].get<std::string>();
+        answers.add(json::parse(line.substr(6))["choices"][0], got);
       }
-      return text;
+      return got;
     });
   };
   auto leaver = std::async(std::launch::async, [&] {
@@ -238,9 +275,15 @@ TEST(Serve, ConcurrentStreamsDecodeTogetherAndEachGetsItsOwnText) {
     req["max_tokens"] = 200;
     leave_after_first_chunk(s.port(), req);
   });
-  std::vector<std::future<std::string>> got;
+  std::vector<std::future<reclaim::GenerateResult>> got;
   for (int i = 0; i < 4; ++i) got.push_back(stream(i));
-  for (int i = 0; i < 4; ++i) EXPECT_EQ(got[static_cast<size_t>(i)].get(), alone[static_cast<size_t>(i)]) << "stream " << i;
+  for (size_t i = 0; i < 4; ++i) {
+    const reclaim::GenerateResult r = got[i].get();
+    ASSERT_FALSE(r.tokens.empty()) << "stream " << i << ": " << r.text;
+    const reclaim::Parity p = reclaim::compare_runs(alone[i], r);
+    EXPECT_TRUE(p.holds) << "stream " << i << ": " << p.why;
+    if (p.parted_at < 0) EXPECT_EQ(r.text, alone[i].text) << "stream " << i;
+  }
   leaver.get();
   EXPECT_TRUE(s.until([&] { return s.model("bpe")["in_flight"] == 0; })) << s.model("bpe").dump();
   // Together the same four took fewer decodes than one after another.

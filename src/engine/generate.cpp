@@ -6,17 +6,6 @@
 
 namespace reclaim {
 
-const char* finish_reason_name(FinishReason r) {
-  switch (r) {
-    case FinishReason::eos: return "eos";
-    case FinishReason::stop: return "stop";
-    case FinishReason::length: return "length";
-    case FinishReason::context: return "context";
-    case FinishReason::cancelled: return "cancelled";
-  }
-  return "?";
-}
-
 bool has_tokenizer(const llama_vocab* vocab) { return llama_vocab_type(vocab) != LLAMA_VOCAB_TYPE_NONE; }
 
 void check_token_ids(const llama_vocab* vocab, const std::vector<llama_token>& tokens) {

@@ -51,7 +51,16 @@ struct TokenLogprob {
 enum class FinishReason { eos, stop, length, context, cancelled };
 // "eos" (end-of-generation token), "stop" (a stop string), "length" (max
 // tokens), "context" (the context is full), "cancelled".
-const char* finish_reason_name(FinishReason r);
+inline const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::eos: return "eos";
+    case FinishReason::stop: return "stop";
+    case FinishReason::length: return "length";
+    case FinishReason::context: return "context";
+    case FinishReason::cancelled: return "cancelled";
+  }
+  return "?";
+}
 
 struct Timings {
   int32_t prompt_tokens = 0, generated_tokens = 0;

@@ -21,8 +21,8 @@
 #include <sstream>
 #include <thread>
 
-#include "engine/parity.h"
 #include "served.h"
+#include "served_parity.h"
 #include "temp_path.h"
 
 using namespace reclaim::testing;
@@ -200,35 +200,6 @@ TEST(Serve, AClientThatVanishesMidStreamEndsItsRequest) {
   s.expect_clean();
 }
 
-// A chat answer as the promise of engine/parity.h judges it: each token
-// known by its bytes, with the log-probabilities the server gave it.
-class Answers {
- public:
-  // Adds one response's or one chunk's choice to `r`.
-  void add(const json& choice, reclaim::GenerateResult& r) {
-    const json& part = choice.contains("delta") ? choice["delta"] : choice["message"];
-    if (part.contains("content") && part["content"].is_string()) r.text += part["content"].get<std::string>();
-    if (choice.contains("logprobs") && choice["logprobs"].is_object()) {
-      for (const json& item : choice["logprobs"]["content"]) {
-        reclaim::TokenLogprob lp{id(item), item["logprob"].get<float>(), {}};
-        for (const json& t : item["top_logprobs"]) lp.top.emplace_back(id(t), t["logprob"].get<float>());
-        r.tokens.push_back(lp.token);
-        r.logprobs.push_back(std::move(lp));
-      }
-    }
-    if (choice.contains("finish_reason") && choice["finish_reason"].is_string()) {
-      r.finish = choice["finish_reason"] == "stop" ? reclaim::FinishReason::eos : reclaim::FinishReason::length;
-    }
-  }
-
- private:
-  llama_token id(const json& token) {
-    const std::string bytes = token["bytes"].dump();
-    return ids_.emplace(bytes, static_cast<llama_token>(ids_.size())).first->second;
-  }
-  std::map<std::string, llama_token> ids_;
-};
-
 TEST(Serve, ConcurrentStreamsDecodeTogetherAndEachGetsItsOwnText) {
   Served s({"--parallel", "4", "--keep-alive", "-1"});
   auto ask = [&](int i, bool stream) {
@@ -277,13 +248,7 @@ TEST(Serve, ConcurrentStreamsDecodeTogetherAndEachGetsItsOwnText) {
   });
   std::vector<std::future<reclaim::GenerateResult>> got;
   for (int i = 0; i < 4; ++i) got.push_back(stream(i));
-  for (size_t i = 0; i < 4; ++i) {
-    const reclaim::GenerateResult r = got[i].get();
-    ASSERT_FALSE(r.tokens.empty()) << "stream " << i << ": " << r.text;
-    const reclaim::Parity p = reclaim::compare_runs(alone[i], r);
-    EXPECT_TRUE(p.holds) << "stream " << i << ": " << p.why;
-    if (p.parted_at < 0) EXPECT_EQ(r.text, alone[i].text) << "stream " << i;
-  }
+  for (size_t i = 0; i < 4; ++i) expect_as_alone(alone[i], got[i].get(), "stream " + std::to_string(i));
   leaver.get();
   EXPECT_TRUE(s.until([&] { return s.model("bpe")["in_flight"] == 0; })) << s.model("bpe").dump();
   // Together the same four took fewer decodes than one after another.

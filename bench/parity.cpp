@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <future>
 #include <map>
 #include <mutex>
@@ -60,7 +61,9 @@ std::string make_model(const Options& o, uint64_t seed) {
   s.n_layer = o.layers;
   s.n_ctx_train = 2048;
   s.seed = seed;
-  const std::string path = cache_dir() + "/bench-parity-" + o.type + "-" + std::to_string(o.embd) + "x" +
+  const std::string dir = cache_dir() + "/bench-parity";
+  std::filesystem::create_directories(dir);
+  const std::string path = dir + "/" + o.type + "-" + std::to_string(o.embd) + "x" +
                            std::to_string(o.layers) + "-s" + std::to_string(seed) + ".gguf";
   make_test_model(s, path);
   return path;

@@ -4,6 +4,7 @@
 // good request and holds nothing of the bad ones afterwards.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -204,6 +205,53 @@ TEST(BadInput, EveryMalformedOllamaBodyIsA4xxWithOllamasError) {
                                    {"stream", false}, {"options", {{"num_predict", 2}}}});
   ASSERT_TRUE(good);
   EXPECT_EQ(good->status, 200) << good->body;
+  s.expect_clean();
+}
+
+// Grammars and schemas that would crash or stall llama.cpp's grammar parser,
+// written here: each is a 400 that names its field and the bound it broke,
+// answered at once, and a good request is answered before and after.
+TEST(BadInput, HostileGrammarsAndSchemasAreRefusedByNameAtOnce) {
+  Served s;
+  struct Case {
+    std::string name;
+    json extra;
+    std::string field, says;
+  };
+  std::string chain = "root ::= r1\n";
+  for (int i = 1; i < 20001; ++i) chain += "r" + std::to_string(i) + " ::= r" + std::to_string(i + 1) + "\n";
+  chain += "r20001 ::= \"a\"\n";
+  const std::vector<Case> cases = {
+      {"groups nested 200,000 deep", {{"grammar", "root ::= " + std::string(200000, '(') + "\"a\"" + std::string(200000, ')')}},
+       "grammar", "nests groups more than 1000 deep"},
+      {"a chain of 20,002 rules", {{"grammar", chain}}, "grammar", "20002 rules, more than the limit of 20000"},
+      {"3 MiB of grammar", {{"grammar", "root ::= \"" + std::string(3u << 20, 'a') + "\""}}, "grammar",
+       "more than the limit of 2097152"},
+      {"a string schema of minLength 5,000,000",
+       {{"response_format", {{"type", "json_schema"}, {"json_schema", {{"schema", {{"type", "string"}, {"minLength", 5000000}}}}}}}},
+       "response_format", "cannot parse"},
+      {"a repetition of 100,000", {{"grammar", "root ::= \"a\"{100000}"}}, "grammar", "not a GBNF grammar llama.cpp can parse"},
+  };
+  auto good = [&] {
+    auto r = s.post("/v1/completions", good_completion());
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200) << r->body;
+  };
+  good();
+  for (const Case& c : cases) {
+    json body = good_completion();
+    body.update(c.extra);
+    const auto start = std::chrono::steady_clock::now();
+    auto r = s.post("/v1/completions", body);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    ASSERT_TRUE(r) << c.name;
+    EXPECT_EQ(r->status, 400) << c.name << ": " << r->body;
+    const json e = json::parse(r->body, nullptr, false)["error"];
+    EXPECT_EQ(e["param"], c.field) << c.name << ": " << r->body;
+    EXPECT_NE(e["message"].get<std::string>().find(c.says), std::string::npos) << c.name << ": " << r->body;
+    EXPECT_LT(seconds, 10) << c.name;
+  }
+  good();
   s.expect_clean();
 }
 

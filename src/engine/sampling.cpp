@@ -1,5 +1,7 @@
 #include "engine/sampling.h"
 
+#include "engine/grammar_limits.h"
+
 #include <cmath>
 #include <random>
 
@@ -55,6 +57,7 @@ Owned<llama_sampler> new_sampler(Scope& scope, const llama_vocab* vocab, const S
 }
 
 Owned<llama_sampler> new_grammar_sampler(Scope& scope, const llama_vocab* vocab, const GrammarSpec& g) {
+  check_grammar_limits(g.gbnf);
   Owned<llama_sampler> s = new_grammar(scope, vocab, g.gbnf, g.lazy, g.trigger_patterns, g.trigger_tokens);
   try {
     for (llama_token t : g.prefill) llama_sampler_accept(s.get(), t);
@@ -65,6 +68,7 @@ Owned<llama_sampler> new_grammar_sampler(Scope& scope, const llama_vocab* vocab,
 }
 
 bool grammar_parses(const llama_vocab* vocab, const std::string& gbnf) {
+  check_grammar_limits(gbnf);
   llama_sampler* g = llama_sampler_init_grammar(vocab, gbnf.c_str(), "root");
   if (!g) return false;
   llama_sampler_free(g);

@@ -61,10 +61,12 @@ uint32_t resolve_seed(const SamplingParams& p);
 Owned<llama_sampler> new_sampler(Scope& scope, const llama_vocab* vocab, const SamplingParams& p, uint32_t seed);
 
 // The grammar's sampler in `scope` (a sampler entry on the ledger), having
-// read the spec's prefill. Throws Error when the grammar does not parse.
+// read the spec's prefill. Throws Error when the grammar does not parse,
+// GrammarTooLarge (engine/grammar_limits.h) when it is over a bound.
 Owned<llama_sampler> new_grammar_sampler(Scope& scope, const llama_vocab* vocab, const GrammarSpec& g);
 
-// Whether llama.cpp parses `gbnf` (its root rule "root") for this vocabulary.
+// Whether llama.cpp parses `gbnf` (its root rule "root") for this vocabulary;
+// throws GrammarTooLarge first when it is over a bound.
 bool grammar_parses(const llama_vocab* vocab, const std::string& gbnf);
 
 // The index of the largest of `n` logits, the first of equal maxima: the

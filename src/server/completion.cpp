@@ -28,6 +28,7 @@
 #include "engine/chat.h"
 #include "engine/generate.h"
 #include "engine/generation.h"
+#include "engine/grammar_limits.h"
 #include "server/answer.h"
 #include "server/connections.h"
 #include "server/http_errors.h"
@@ -87,15 +88,35 @@ void render_chat(Running& run, Model& model) {
   run.reader = std::move(r.reader);
 }
 
-// The client's own GBNF: llama.cpp parses it against the model's vocabulary,
-// so it is checked once the model is held, before any decode, so that a bad
-// one is a 400 and not an error in the middle of a stream.
+// The reply's grammar: the client's own GBNF, or what its JSON schema or
+// tools made. llama.cpp parses it against the model's vocabulary, so it is
+// checked once the model is held, before any decode, so that a bad one is a
+// 400 naming the field it came from and not an error in the middle of a
+// stream (a schema's "minLength": 5000000 makes a repetition llama.cpp's
+// parser refuses).
 void constrain(Running& run, Model& model) {
-  if (run.req.grammar.empty()) return;
   GrammarSpec& g = run.req.generate.grammar;
-  g = GrammarSpec{};
-  g.gbnf = run.req.grammar;
-  if (!grammar_parses(model.vocab(), g.gbnf)) bad_field("grammar", "'grammar' is not a GBNF grammar llama.cpp can parse");
+  std::string field;
+  if (!run.req.grammar.empty()) {
+    g = GrammarSpec{};
+    g.gbnf = run.req.grammar;
+    field = "grammar";
+  } else if (!g.gbnf.empty()) {
+    field = run.req.json_schema.empty() ? "tools" : "response_format";
+  } else {
+    return;
+  }
+  bool parses = false;
+  try {
+    parses = grammar_parses(model.vocab(), g.gbnf);
+  } catch (const GrammarTooLarge& e) {
+    bad_field(field, "'" + field + "' makes a grammar over a bound: " + e.what());
+  }
+  if (!parses) {
+    bad_field(field, field == "grammar" ? "'grammar' is not a GBNF grammar llama.cpp can parse"
+                                        : "'" + field + "' makes a grammar llama.cpp cannot parse (a repetition of more "
+                                          "than 2000, or a construct its converter does not take)");
+  }
 }
 
 // Once the model is held: the prompt from the chat template, tokenized once

@@ -4,9 +4,12 @@
 #include <httplib.h>
 #include <gtest/gtest.h>
 
+#include <fstream>
+
 #include <nlohmann/json.hpp>
 
 #include "served.h"
+#include "temp_path.h"
 
 using namespace reclaim::testing;
 using nlohmann::json;
@@ -159,6 +162,30 @@ TEST(ServeChat, AModelWithoutATemplateChatsInChatmlAndTheLogSaysSoOnce) {
   const std::string err = s.stop().err;
   const std::string line = "has no chat template";
   EXPECT_EQ(err.find(line), err.rfind(line)) << err;
+}
+
+// A template that does not parse is the model file's defect: a 422 that
+// says so, and the other models chat on.
+TEST(ServeChat, AModelWhoseTemplateDoesNotParseIsA422AndTheOthersChatOn) {
+  const std::string tmpl = reclaim::testing::temp_path("broken-template.jinja");
+  std::ofstream(tmpl) << "{% for m in messages %}{{ m.content }";
+  const std::string path = reclaim::testing::temp_path("broken-template.gguf");
+  const Result made = run("make-test-model --out " + path + " --vocab bpe --embd 64 --layers 1 --type q8_0 --chat-template " + tmpl);
+  ASSERT_EQ(made.status, 0) << made.out << made.err;
+  Served s({"-m", path + ":broken"});
+  const json good = {{"model", "bpe"}, {"messages", json::array({user("hi")})}, {"max_tokens", 2}, {"temperature", 0}};
+  EXPECT_EQ(s.post("/v1/chat/completions", good)->status, 200);
+  json bad = good;
+  bad["model"] = "broken";
+  auto r = s.post("/v1/chat/completions", bad);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 422) << r->body;
+  const json e = json::parse(r->body)["error"];
+  EXPECT_EQ(e["code"], "invalid_model_file") << r->body;
+  EXPECT_NE(e["message"].get<std::string>().find("does not parse"), std::string::npos) << r->body;
+  EXPECT_EQ(s.post("/v1/chat/completions", good)->status, 200);
+  s.post("/v1/models/unload", {{"model", "broken"}});
+  s.expect_clean();
 }
 
 TEST(ServeChat, LogprobsComeInOpenAIsShapesStreamedOrNot) {

@@ -68,10 +68,12 @@ void say_fallback_once(const std::string& model) {
 void render_chat(Running& run, Model& model) {
   GenerateRequest& g = run.req.generate;
   std::unique_ptr<ChatTemplate> tmpl;
+  // A template that does not parse is the model's defect (its file's, or
+  // the template its settings give it), as a damaged tensor is: a 422.
   try {
     tmpl = std::make_unique<ChatTemplate>(model, run.chat_template);
   } catch (const ChatError& e) {
-    throw ApiException(ApiError{500, "server_error", "chat_template", e.what(), 0});
+    throw ApiException(ApiError{422, "invalid_request_error", "invalid_model_file", e.what(), 0});
   }
   if (tmpl->uses_fallback()) say_fallback_once(run.req.model);
   run.req.chat_input.json_schema = run.req.json_schema;

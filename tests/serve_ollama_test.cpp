@@ -69,6 +69,10 @@ json hello_chat(bool stream) {
 
 TEST(ServeOllama, ChatAndGenerateStreamLinesThatEqualTheWholeReply) {
   Served s;
+  // The replies below are compared token for token, so each must be decoded
+  // the same way (engine/parity.h): after this first one, each finds the
+  // prompt in the cache and decodes its last token alone.
+  s.post_json("/api/chat", hello_chat(false));
   // Ollama streams unless told not to.
   auto streamed = s.post("/api/chat", json{{"model", "bpe"},
                                            {"messages", json::array({{{"role", "user"}, {"content", "hello"}}})},
@@ -106,7 +110,9 @@ TEST(ServeOllama, ChatAndGenerateStreamLinesThatEqualTheWholeReply) {
   EXPECT_EQ(gen_text, chat_text);
   EXPECT_EQ(gen_last["done"], true);
 
-  // raw: the prompt as it is, as /v1/completions takes it.
+  // raw: the prompt as it is, as /v1/completions takes it; first once for
+  // the cache, as above.
+  s.post_json("/v1/completions", {{"model", "bpe"}, {"prompt", "hello"}, {"temperature", 0}, {"max_tokens", 1}});
   const json raw = s.post_json("/api/generate", {{"model", "bpe"}, {"prompt", "hello"}, {"raw", true}, {"stream", false},
                                                  {"options", {{"temperature", 0}, {"num_predict", 6}, {"repeat_penalty", 1}}}});
   const json completion = s.post_json("/v1/completions", {{"model", "bpe"}, {"prompt", "hello"}, {"temperature", 0}, {"max_tokens", 6}});
@@ -282,6 +288,11 @@ TEST(ServeOllama, TheOfficialOllamaClient) {
   const std::string client = RECLAIM_OLLAMA_CLIENT;
   ASSERT_FALSE(client.empty()) << "built without RECLAIM_OLLAMA_CLIENT: run scripts/setup, which fetches it";
   Served s;
+  // The script compares its replies token for token: after this one, each
+  // finds the prompt in the cache and is decoded the same way
+  // (engine/parity.h).
+  s.post_json("/api/chat", {{"model", "bpe"}, {"messages", json::array({{{"role", "user"}, {"content", "hello"}}})},
+                            {"options", {{"temperature", 0}, {"num_predict", 1}}}, {"stream", false}});
   int status = 0;
   const std::string out = run_sdk_script(RECLAIM_OLLAMA_SCRIPT, client, s.port(), "bpe", status);
   ASSERT_EQ(status, 0) << out;

@@ -25,6 +25,7 @@
 #include <filesystem>
 #include <future>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <random>
 #include <string>
@@ -234,19 +235,25 @@ void ops(const Options& o) {
   for (int s = 0; s < kSeqs; ++s) prompts.push_back(prompt(model.vocab(), rng, 7 + 5 * s));
 
   Capture solo_c, batch_c;
+  using Context = std::unique_ptr<llama_context, decltype(&llama_free)>;
   auto context = [&](Capture& c) {
     llama_context_params cp = batch_context_params({kSeqs, session()}, model.info().n_ctx_train, model.n_threads());
     cp.cb_eval = observe;
     cp.cb_eval_user_data = &c;
-    llama_context* ctx = llama_init_from_model(model.get(), cp);
+    Context ctx(llama_init_from_model(model.get(), cp), llama_free);
     if (!ctx) throw Error("llama.cpp could not make a context");
     return ctx;
   };
-  llama_context* solo = context(solo_c);
-  llama_context* batch = context(batch_c);
+  const Context solo_ctx = context(solo_c), batch_ctx = context(batch_c);
+  llama_context* solo = solo_ctx.get();
+  llama_context* batch = batch_ctx.get();
   // The same prompts, each decoded on its own: the sequences' cells are the
   // same bits on both sides before the step compared.
-  llama_batch one = llama_batch_init(64, 0, kSeqs);
+  struct Batch {
+    llama_batch b = llama_batch_init(64, 0, kSeqs);
+    ~Batch() { llama_batch_free(b); }
+  } held;
+  llama_batch& one = held.b;
   auto decode_prompt = [&](llama_context* ctx, int s) {
     one.n_tokens = 0;
     for (size_t i = 0; i < prompts[s].size(); ++i) {
@@ -316,9 +323,6 @@ void ops(const Options& o) {
     if (b0 != next[0]) std::printf("  the picks part here: %d alone, %d together\n", next[0], b0);
     for (int s = 1; s < kSeqs; ++s) next[s] = argmax_row(batch, s, n_vocab);
   }
-  llama_batch_free(one);
-  llama_free(solo);
-  llama_free(batch);
 }
 
 }  // namespace

@@ -1,11 +1,10 @@
 #include "engine/sampling.h"
 
-#include "engine/grammar_limits.h"
-
 #include <cmath>
 #include <random>
 
 #include "core/error.h"
+#include "engine/grammar_limits.h"
 
 namespace reclaim {
 

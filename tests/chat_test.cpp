@@ -170,6 +170,19 @@ TEST(Chat, ToolsAreRenderedAndAToolCallIsReadAsItStreams) {
   EXPECT_NE(prompt.find("\"Paris\""), std::string::npos) << prompt;
 }
 
+// A reply whose brackets nest deeper than llama.cpp's reply parser can
+// follow (it recurses once a level) is read as the content it is, whole.
+TEST(Chat, AReplyNestedDeeperThanTheParserFollowsIsContent) {
+  Model m(load(model_with_template("Qwen-Qwen2.5-7B-Instruct")));
+  ChatTemplate t(m, "");
+  ChatRender r = t.render(weather_chat(ToolChoice::automatic));
+  const std::string reply = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": " + std::string(200000, '[');
+  r.reader.push(reply);
+  const ChatReply whole = r.reader.finish();
+  EXPECT_TRUE(whole.tool_calls.empty());
+  EXPECT_EQ(whole.content, reply);
+}
+
 TEST(Chat, TemplatesThatCannotShowToolsAreRefusedWithTheFieldNamed) {
   Model bpe(small_load("bpe"));  // qwen2's template has no tool calls
   for (const std::string& tmpl : {std::string(""), std::string("chatml")}) {

@@ -3,11 +3,14 @@
 #include <algorithm>
 #include <atomic>
 #include <cctype>
+#include <functional>
 #include <mutex>
+#include <unordered_map>
 
 // llama.cpp's common library (its common/ folder on the include path).
 #include <chat.h>
 #include <common.h>
+#include <jinja/limits.h>
 #include <json-schema-to-grammar.h>
 #include <json.h>
 #include <log.h>
@@ -157,6 +160,22 @@ std::string json_schema_grammar(const std::string& schema) {
 
 // --- the reader --------------------------------------------------------------
 
+constexpr int kMaxReplyNesting = 512;
+
+// How deep the text's brackets nest at most, strings and all: an
+// overestimate is a reply read as plain content, never a deeper parse.
+int nesting(const std::string& text) {
+  int depth = 0, most = 0;
+  for (const char c : text) {
+    if (c == '[' || c == '{' || c == '(') {
+      most = std::max(most, ++depth);
+    } else if ((c == ']' || c == '}' || c == ')') && depth > 0) {
+      --depth;
+    }
+  }
+  return most;
+}
+
 struct ChatReader::Impl {
   common_chat_parser_params params;
   std::string text;
@@ -170,8 +189,13 @@ struct ChatReader::Impl {
     msg = next;
     return out;
   }
-  // The parse of the text so far; nothing when the parser cannot read it.
+  // The parse of the text so far; nothing when the parser cannot read it,
+  // or when its brackets nest deeper than kMaxReplyNesting: llama.cpp's
+  // reply parser recurses once a level, and a model's reply is text nobody
+  // checked (ChatReader's test shows a reply nested 200,000 deep read as
+  // content).
   std::optional<common_chat_msg> parse(bool partial) {
+    if (nesting(text) > kMaxReplyNesting) return std::nullopt;
     try {
       common_chat_msg next = common_chat_parse(text, partial, params);
       next.set_tool_call_ids(ids, random_call_id);
@@ -225,13 +249,113 @@ ChatReply ChatReader::finish(std::vector<ChatDelta>* rest) {
   return out;
 }
 
+// --- the bounds -------------------------------------------------------------
+
+// Runs `work` (llama.cpp's common code, which renders the template) under
+// jinja::bounds on this thread: the engine's limits at reclaim's sizes, and a
+// stop callback that the engine asks every 1,024 steps for the deadline and
+// for `bounds.stop`. A bound that was hit is a TemplateOverBound whatever
+// common made of the error it threw (it catches some and goes on; the
+// engine's bound stays hit, so it cannot go far). `deterministic` says
+// whether the verdict would be the same on another try (not a deadline, not
+// a stop).
+template <class Work>
+auto under_bounds(const TemplateBounds& bounds, size_t input_bytes, bool* deterministic, Work&& work) -> decltype(work()) {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point deadline = Clock::now() + bounds.time;
+  bool stopped = false, timed_out = false;
+  jinja::limits lim;
+  lim.max_bytes = bounds.bytes ? bounds.bytes : TemplateBounds::kBytes + 16 * static_cast<uint64_t>(input_bytes);
+  lim.stop = [&]() -> std::string {
+    if (bounds.stop && bounds.stop()) {
+      stopped = true;
+      return "stopped";
+    }
+    if (Clock::now() >= deadline) {
+      timed_out = true;
+      return "the template took more than " + std::to_string(bounds.time.count()) + " ms";
+    }
+    return {};
+  };
+  jinja::bounds scope(std::move(lim));
+  auto judge = [&]() {
+    if (deterministic) *deterministic = !stopped && !timed_out;
+    if (stopped) throw TemplateStopped("the chat template's render was stopped: the request was cancelled");
+    if (!scope.tripped().empty()) throw TemplateOverBound("the chat template went over a bound: " + scope.tripped());
+  };
+  try {
+    auto result = work();
+    judge();
+    return result;
+  } catch (const TemplateOverBound&) {
+    throw;
+  } catch (const TemplateStopped&) {
+    throw;
+  } catch (...) {
+    judge();
+    throw;
+  }
+}
+
+// The verdicts on templates that failed the same way each time (they do not
+// parse, or reading them goes over a bound), by a digest of the template's
+// text (a hostile one may be megabytes). Kept while the process lives, as
+// the vetter's verdicts on files are; at most kKept (a process given more
+// forgets them all and starts again).
+class TemplateVerdicts {
+ public:
+  static TemplateVerdicts& get() {
+    static TemplateVerdicts* v = new TemplateVerdicts;  // never freed: used to the exit
+    return *v;
+  }
+  // Throws the kept verdict on `text`, if there is one.
+  void check(const std::string& text) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto it = failed_.find(key(text));
+    if (it == failed_.end()) return;
+    if (it->second.over_bound) throw TemplateOverBound(it->second.what);
+    throw ChatError(it->second.what);
+  }
+  void keep(const std::string& text, const std::string& what, bool over_bound) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (failed_.size() >= kKept) failed_.clear();
+    failed_[key(text)] = {what.substr(0, kMessage), over_bound};
+  }
+
+ private:
+  static constexpr size_t kKept = 64;
+  static constexpr size_t kMessage = 1024;
+  struct Verdict {
+    std::string what;
+    bool over_bound = false;
+  };
+  // The length and two hashes of different seeds: a template that passed
+  // for another would need both to collide at once.
+  static std::string key(const std::string& text) {
+    const size_t a = std::hash<std::string>{}(text);
+    const size_t b = std::hash<std::string>{}(text + '\x01');
+    return std::to_string(text.size()) + ':' + std::to_string(a) + ':' + std::to_string(b);
+  }
+  mutable std::mutex mu_;
+  std::unordered_map<std::string, Verdict> failed_;
+};
+
+// The text a model's template is read from: the override, or the file's own.
+std::string template_text(const llama_model* model, const std::string& override) {
+  if (!override.empty()) return override;
+  std::string text;
+  if (const char* t = llama_model_chat_template(model, nullptr)) text = t;
+  if (const char* t = llama_model_chat_template(model, "tool_use")) text += std::string("\0", 1) + t;
+  return text;
+}
+
 // --- the template -----------------------------------------------------------
 
 struct ChatTemplate::Impl {
   common_chat_templates_ptr templates;
 };
 
-ChatTemplate::ChatTemplate(const Model& model, const std::string& override)
+ChatTemplate::ChatTemplate(const Model& model, const std::string& override, const TemplateBounds& bounds)
     : impl_(std::make_unique<Impl>()), model_(model) {
   quiet_common_log();
   builtin_ = !override.empty() && is_builtin_name(override);
@@ -241,17 +365,27 @@ ChatTemplate::ChatTemplate(const Model& model, const std::string& override)
   }
   fallback_ = override.empty() && llama_model_chat_template(model.get(), nullptr) == nullptr &&
               llama_model_chat_template(model.get(), "tool_use") == nullptr;
+  const std::string text = template_text(model.get(), override);
+  TemplateVerdicts::get().check(text);
+  const std::string which = override.empty() ? "the chat template of '" + model.info().path + "'" : "the chat template given";
+  bool deterministic = true;
   try {
-    impl_->templates = common_chat_templates_init(model.get(), override);
+    impl_->templates = under_bounds(bounds, 0, &deterministic, [&] { return common_chat_templates_init(model.get(), override); });
+  } catch (const TemplateOverBound& e) {
+    if (deterministic) TemplateVerdicts::get().keep(text, which + ": " + e.what(), true);
+    throw TemplateOverBound(which + ": " + e.what());
+  } catch (const TemplateStopped&) {
+    throw;
   } catch (const std::exception& e) {
-    const std::string which = override.empty() ? "the chat template of '" + model.info().path + "'" : "the chat template given";
-    throw ChatError(which + " does not parse: " + e.what());
+    const std::string what = which + " does not parse: " + e.what();
+    TemplateVerdicts::get().keep(text, what, false);
+    throw ChatError(what);
   }
 }
 
 ChatTemplate::~ChatTemplate() = default;
 
-ChatRender ChatTemplate::render(const ChatRequest& req) const {
+ChatRender ChatTemplate::render(const ChatRequest& req, const TemplateBounds& bounds) const {
   common_chat_templates_inputs in;
   try {
     in.messages = common_chat_msgs_parse_oaicompat(common_json::parse(req.messages));
@@ -284,8 +418,14 @@ ChatRender ChatTemplate::render(const ChatRequest& req) const {
   in.parallel_tool_calls = req.parallel_tool_calls.value_or(cap("supports_parallel_tool_calls"));
 
   common_chat_params p;
+  size_t input_bytes = req.messages.size() + req.json_schema.size();
+  for (const ChatTool& t : req.tools) input_bytes += t.name.size() + t.description.size() + t.parameters.size();
   try {
-    p = common_chat_templates_apply(impl_->templates.get(), in);
+    p = under_bounds(bounds, input_bytes, nullptr, [&] { return common_chat_templates_apply(impl_->templates.get(), in); });
+  } catch (const TemplateOverBound&) {
+    throw;
+  } catch (const TemplateStopped&) {
+    throw;
   } catch (const std::exception& e) {
     throw ChatError(std::string("the chat template could not render this chat: ") + e.what());
   }
@@ -330,11 +470,15 @@ ChatTemplateCaps chat_template_caps(const std::string& jinja) {
   ChatTemplateCaps caps;
   if (jinja.empty()) return caps;
   try {
-    common_chat_templates_ptr t = common_chat_templates_init(nullptr, jinja);
-    const std::map<std::string, bool> m = common_chat_templates_get_caps(t.get());
-    const auto it = m.find("supports_tool_calls");
-    caps.tools = it != m.end() && it->second;
-    caps.thinking = common_chat_templates_support_enable_thinking(t.get());
+    // One set of bounds over the reading and the render that asks about thinking.
+    under_bounds(TemplateBounds{}, 0, nullptr, [&] {
+      common_chat_templates_ptr t = common_chat_templates_init(nullptr, jinja);
+      const std::map<std::string, bool> m = common_chat_templates_get_caps(t.get());
+      const auto it = m.find("supports_tool_calls");
+      caps.tools = it != m.end() && it->second;
+      caps.thinking = common_chat_templates_support_enable_thinking(t.get());
+      return 0;
+    });
   } catch (const std::exception&) {
     return {};
   }

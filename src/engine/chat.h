@@ -6,7 +6,10 @@
 // own. The types here hide common's, so that only chat.cpp includes it.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -33,6 +36,32 @@ class ChatError : public Error {
 
  private:
   std::string param_;
+};
+
+// What a chat template may spend on one request: the engine's own bounds
+// (patches/llama.cpp/jinja-bounds.patch: nesting 256, execution depth 1,000,
+// 20 million steps, 256 KiB of stack kept) at reclaim's sizes below, a time,
+// and a way to stop it. docs/safety.md says how they were chosen.
+struct TemplateBounds {
+  static constexpr std::chrono::milliseconds kTime{5000};
+  static constexpr uint64_t kBytes = uint64_t{64} << 20;  // and 16 for each byte of the request's messages
+  std::chrono::milliseconds time = kTime;
+  uint64_t bytes = 0;  // 0: kBytes and 16 a byte of the messages
+  // Asked while it renders: true stops it (the client left, the model unloads).
+  std::function<bool()> stop;
+};
+
+// A chat template that went over a bound (TemplateBounds): the defect of
+// the model file or setting that gave the template, a 422.
+class TemplateOverBound : public Error {
+ public:
+  using Error::Error;
+};
+
+// A render that TemplateBounds::stop ended.
+class TemplateStopped : public Error {
+ public:
+  using Error::Error;
 };
 
 struct ChatTool {
@@ -115,14 +144,18 @@ class ChatTemplate {
   // The model's own template, or `override`: Jinja text, or one of
   // llama.cpp's built-in names ("chatml", "llama2", ...), which render
   // without Jinja and cannot show tools. A model with neither gets chatml
-  // (uses_fallback()). Throws ChatError when the template does not parse.
-  ChatTemplate(const Model& model, const std::string& override);
+  // (uses_fallback()). Throws ChatError when the template does not parse,
+  // TemplateOverBound when reading it (llama.cpp renders it to learn what it
+  // can do) goes over a bound. Both verdicts are kept for the template's
+  // text: the next ChatTemplate of the same text throws at once.
+  ChatTemplate(const Model& model, const std::string& override, const TemplateBounds& bounds = {});
   ~ChatTemplate();
   ChatTemplate(const ChatTemplate&) = delete;
   ChatTemplate& operator=(const ChatTemplate&) = delete;
 
-  // Throws ChatError for what it cannot render.
-  ChatRender render(const ChatRequest& request) const;
+  // Throws ChatError for what it cannot render, TemplateOverBound and
+  // TemplateStopped as the bounds say.
+  ChatRender render(const ChatRequest& request, const TemplateBounds& bounds = {}) const;
 
   bool uses_fallback() const { return fallback_; }
   bool builtin() const { return builtin_; }

@@ -158,6 +158,9 @@ VetReport Vetter::vet_impl(const VetRequest& q, bool background) {
   v.running = false;
   v.done = true;
   v.report = r;
+  // The verdict stays while the process lives; the template's text (up to
+  // megabytes in a hostile file) is the model's to read when it loads.
+  std::string().swap(v.report.info.chat_template);
   if (!r.ok) ++counts_.refused;
   cv_.notify_all();
   lock.unlock();

@@ -65,23 +65,42 @@ void say_fallback_once(const std::string& model) {
   }
 }
 
+// A template that does not parse, or that goes over a bound, is the
+// model's defect (its file's, or the template its settings give it), as a
+// damaged tensor is: a 422. One stopped because its client left is
+// answered to nobody; one stopped by an unload is a 503, as a decode is.
+[[noreturn]] void template_failed(const Error& e, bool stopped) {
+  if (!stopped) throw ApiException(ApiError{422, "invalid_request_error", "invalid_model_file", e.what(), 0});
+  if (Connections::client_gone()) throw ClientGone(e.what());
+  throw ApiException(ApiError{503, "server_error", "cancelled", "the request was cancelled: its model is being unloaded", 5});
+}
+
 void render_chat(Running& run, Model& model) {
   GenerateRequest& g = run.req.generate;
+  TemplateBounds bounds;
+  const CancelToken& unload = run.lease.cancel_token();
+  bounds.stop = [&unload] { return unload.cancelled() || Connections::client_gone(); };
   std::unique_ptr<ChatTemplate> tmpl;
-  // A template that does not parse is the model's defect (its file's, or
-  // the template its settings give it), as a damaged tensor is: a 422.
   try {
-    tmpl = std::make_unique<ChatTemplate>(model, run.chat_template);
+    tmpl = std::make_unique<ChatTemplate>(model, run.chat_template, bounds);
   } catch (const ChatError& e) {
-    throw ApiException(ApiError{422, "invalid_request_error", "invalid_model_file", e.what(), 0});
+    template_failed(e, false);
+  } catch (const TemplateOverBound& e) {
+    template_failed(e, false);
+  } catch (const TemplateStopped& e) {
+    template_failed(e, true);
   }
   if (tmpl->uses_fallback()) say_fallback_once(run.req.model);
   run.req.chat_input.json_schema = run.req.json_schema;
   ChatRender r;
   try {
-    r = tmpl->render(run.req.chat_input);
+    r = tmpl->render(run.req.chat_input, bounds);
   } catch (const ChatError& e) {
     bad_field(e.param(), e.what(), "invalid_chat");
+  } catch (const TemplateOverBound& e) {
+    template_failed(e, false);
+  } catch (const TemplateStopped& e) {
+    template_failed(e, true);
   }
   g.prompt = std::move(r.prompt);
   g.grammar = std::move(r.grammar);

@@ -78,6 +78,8 @@ void Server::ollama_routes() {
           streaming = complete(res, {[&o](const json& defaults) { return ollama_completion_request(o, defaults); },
                                      [endpoint](const CompletionRequest& r) { return ollama_answer(r, endpoint); }});
         }
+      } catch (const ClientGone&) {
+        ++stats_.client_gone;  // its template's render stopped when it left; nobody reads an answer
       } catch (const std::exception& ex) {
         ++stats_.error;
         send_ollama_error(res, to_api_error(ex));

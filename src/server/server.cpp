@@ -295,6 +295,8 @@ void Server::routes() {
         const std::string& body = req.body;
         streaming = complete(res, {[&body, chat](const json& defaults) { return parse_completion_request(body, chat, defaults); },
                                    openai_answer});
+      } catch (const ClientGone&) {
+        ++stats_.client_gone;  // its template's render stopped when it left; nobody reads an answer
       } catch (const std::exception& ex) {
         ++stats_.error;
         send_error(res, to_api_error(ex));

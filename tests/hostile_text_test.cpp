@@ -1,0 +1,240 @@
+// The text a request makes the server process, written to hurt it: chat
+// templates that recurse, allocate, loop, nest and raise, each in a model
+// file of its own served beside a good model. Each is answered with its 422
+// (the model file's defect) within its bound, the good model answers before
+// and after, and nothing is left over at the end.
+#include <httplib.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "served.h"
+#include "temp_path.h"
+
+using namespace reclaim::testing;
+using nlohmann::json;
+
+namespace {
+
+json user(const std::string& text) { return {{"role", "user"}, {"content", text}}; }
+
+std::string repeat(const std::string& s, int n) {
+  std::string out;
+  for (int i = 0; i < n; ++i) out += s;
+  return out;
+}
+
+// A test model whose chat template is `jinja`; its -m argument.
+std::string model_with_template(const std::string& name, const std::string& jinja) {
+  const std::string tmpl = temp_path("hostile-" + name + ".jinja");
+  std::ofstream(tmpl) << jinja;
+  const std::string path = temp_path("hostile-" + name + ".gguf");
+  const Result made = run("make-test-model --out " + path + " --vocab bpe --embd 64 --layers 1 --type q8_0 --chat-template " + tmpl);
+  EXPECT_EQ(made.status, 0) << made.out << made.err;
+  return path + ":" + name;
+}
+
+struct Hostile {
+  std::string name;
+  std::string jinja;
+  std::string says;  // what the answer's message holds
+  int status = 422;  // a template that raises refuses the chat: the client's (400)
+  std::string code = "invalid_model_file";
+};
+
+// Each opens the assistant's turn the way a real template does after its
+// hostile part, so that a template that got through would render.
+std::vector<Hostile> hostile_templates() {
+  const std::string tail = "<|assistant|>";
+  return {
+      {"recurses", "{% macro f(x) %}{{ f(x) }}{% endmacro %}{{ f(1) }}" + tail, "nests its execution deeper than"},
+      {"nests", repeat("{% if true %}", 100000) + "x" + repeat("{% endif %}", 100000) + tail, "nests deeper than"},
+      {"chains", "{{ 1" + repeat(" + 1", 200000) + " }}" + tail, "nests deeper than"},
+      {"loops", "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}" + tail, "over a bound"},
+      {"ranges", "{{ range(10000000000)|length }}" + tail, "range() of a length"},
+      {"repeats", "{{ 'x' * 10000000000 }}" + tail, "a string repeated"},
+      {"doubles", "{% set ns = namespace(s='x') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s }}" + tail,
+       "MiB of strings and items"},
+      {"holds-itself", "{% set a = [] %}{{ a.append(a) }}{{ a|tojson }}" + tail, "would hold itself"},
+      {"deep-value",
+       "{% set ns = namespace(cur=[]) %}{% set root = ns.cur %}{% for i in range(1000000) %}{% set n = [] %}{{ ns.cur.append(n) }}"
+       "{% set ns.cur = n %}{% endfor %}{{ root|tojson }}" + tail,
+       "over a bound"},
+      {"raises", "{{ raise_exception('this template refuses every chat') }}" + tail, "refuses every chat", 400, "invalid_chat"},
+  };
+}
+
+}  // namespace
+
+// Every hostile template is refused by name and bound (one that raises, as
+// templates do for chats they do not take, is the client's 400), the good model
+// answers between them, and a template's verdict is kept: the second
+// request to it is refused at once.
+TEST(HostileText, TemplatesThatRecurseAllocateLoopOrNestAreA422AndTheServerGoesOn) {
+  std::vector<std::string> args;
+  const std::vector<Hostile> corpus = hostile_templates();
+  for (const Hostile& h : corpus) {
+    args.push_back("-m");
+    args.push_back(model_with_template(h.name, h.jinja));
+  }
+  Served s(args);
+  const json good = {{"model", "bpe"}, {"messages", json::array({user("hi")})}, {"max_tokens", 2}, {"temperature", 0}};
+  ASSERT_EQ(s.post("/v1/chat/completions", good)->status, 200);
+  for (const Hostile& h : corpus) {
+    SCOPED_TRACE(h.name);
+    json bad = good;
+    bad["model"] = h.name;
+    const auto t0 = std::chrono::steady_clock::now();
+    auto r = s.post("/v1/chat/completions", bad);
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, h.status) << r->body;
+    const json e = json::parse(r->body)["error"];
+    EXPECT_EQ(e["code"], h.code) << r->body;
+    EXPECT_NE(e["message"].get<std::string>().find(h.says), std::string::npos) << r->body;
+    // The template's time bound is 5 s; loading the model comes before it.
+    std::printf("%-14s %5.2f s to its %d\n", h.name.c_str(), took, h.status);
+    EXPECT_LT(took, 60) << "the bound did not hold";
+    EXPECT_EQ(s.post("/v1/chat/completions", good)->status, 200) << "after " << h.name;
+  }
+  // A verdict on a template that fails the same way each time is kept.
+  json again = good;
+  again["model"] = "recurses";
+  auto r = s.post("/v1/chat/completions", again);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 422) << r->body;
+  for (const Hostile& h : corpus) s.post("/v1/models/unload", {{"model", h.name}});
+  s.expect_clean();
+}
+
+// A template whose recursion only some content reaches: no check of the
+// template alone finds it; the chats that reach it are refused, and the
+// others through the same template are answered.
+TEST(HostileText, ATemplateThatRecursesOnlyForSomeContentRefusesThoseChatsAlone) {
+  const std::string jinja =
+      "{% macro f(x) %}{% if x == 'boom' %}{{ f(x) }}{% else %}{{ x }}{% endif %}{% endmacro %}"
+      "{% for m in messages %}<|{{ m.role }}|>{{ f(m.content) }}{% endfor %}<|assistant|>";
+  Served s({"-m", model_with_template("sometimes", jinja)});
+  const json calm = {{"model", "sometimes"}, {"messages", json::array({user("hi")})}, {"max_tokens", 2}, {"temperature", 0}};
+  EXPECT_EQ(s.post("/v1/chat/completions", calm)->status, 200);
+  json boom = calm;
+  boom["messages"] = json::array({user("boom")});
+  auto r = s.post("/v1/chat/completions", boom);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 422) << r->body;
+  EXPECT_NE(r->body.find("nests its execution deeper than"), std::string::npos) << r->body;
+  EXPECT_EQ(s.post("/v1/chat/completions", calm)->status, 200);
+  s.post("/v1/models/unload", {{"model", "sometimes"}});
+  s.expect_clean();
+}
+
+// A template that is slow without making much: each membership test
+// searches 10 MB of text, a step that allocates nothing the engine counts,
+// so its time bound (5 s) is what ends it, long before its steps or bytes
+// would.
+const char* kSlowTemplate =
+    "{% set s = ('x' * 100000)|replace('x', 'xxxxxxxxxx') %}{% set s = s|replace('x', 'xxxxxxxxxx') %}{% for i in range(100) %}{% for j in range(100) %}{% if 'y' in s or 'y' in s or 'y' in s or 'y' in s or 'y' in s or 'y' in s or 'y' in s or 'y' in s or 'y' in s or 'y' in s %}z{% endif %}{% endfor %}{% endfor %}<|assistant|>";
+
+TEST(HostileText, ATemplateThatRendersForeverEndsAtItsDeadline) {
+  Served s({"-m", model_with_template("slow", kSlowTemplate), "--preload", "slow"});
+  const json body = {{"model", "slow"}, {"messages", json::array({user("hi")})}, {"max_tokens", 2}};
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = s.post("/v1/chat/completions", body);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 422) << r->body;
+  EXPECT_NE(r->body.find("took more than 5000 ms"), std::string::npos) << r->body;
+  EXPECT_LT(took, 30);
+  s.post("/v1/models/unload", {{"model", "slow"}});
+  s.expect_clean();
+}
+
+// A client that leaves while its template renders stops the render: it is
+// counted as gone, not answered with the 422 its deadline would give.
+TEST(HostileText, AClientThatLeavesStopsItsTemplatesRender) {
+  Served s({"-m", model_with_template("slow", kSlowTemplate), "--preload", "slow"});
+  const json body = {{"model", "slow"}, {"messages", json::array({user("hi")})}, {"max_tokens", 2}};
+  {
+    RawClient c(s.port());
+    ASSERT_TRUE(c.connected());
+    ASSERT_TRUE(c.post("/v1/chat/completions", body.dump()));
+    // Long enough for the server to have started the render.
+    EXPECT_FALSE(c.read_until("HTTP/1.1", 0.5)) << c.received();
+  }
+  auto metrics = [&] {
+    auto r = s.http().Get("/metrics");
+    return r ? r->body : std::string();
+  };
+  EXPECT_TRUE(s.until([&] { return metrics().find("reclaim_requests_total{outcome=\"client_gone\"} 1") != std::string::npos; }, 30))
+      << metrics();
+  EXPECT_EQ(metrics().find("reclaim_requests_total{outcome=\"error\"} 1"), std::string::npos) << "the deadline ended it, not the client";
+  s.post("/v1/models/unload", {{"model", "slow"}});
+  s.expect_clean();
+}
+
+namespace {
+
+// A grammar of `n` one-word alternatives: each open at once, so that
+// weighing one token checks every token of the vocabulary against each.
+std::string many_alternatives(int n) {
+  std::string g = "root ::= ";
+  for (int i = 0; i < n; ++i) g += (i ? " | \"w" : "\"w") + std::to_string(i) + "x\"";
+  return g;
+}
+
+}  // namespace
+
+// A grammar too costly for the model's vocabulary is refused on the token
+// where it went over its time (5 s a token), naming the field; this model
+// answers after. 4,000 alternatives are within the bound (their time a
+// token is printed), 40,000 are not.
+TEST(HostileText, AGrammarTooCostlyForTheVocabularyIsA400) {
+  Served s;
+  const json within = {{"model", "bpe"}, {"prompt", "hi"}, {"max_tokens", 4}, {"grammar", many_alternatives(4000)}};
+  auto ok = s.post("/v1/completions", within);
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200) << ok->body;
+  const json t = json::parse(ok->body)["timings"];
+  std::printf("a grammar of 4,000 alternatives: %.2f s to the first token, %.2f s for the rest (%d tokens)\n",
+              t["first_token_ms"].get<double>() / 1000, t["predicted_ms"].get<double>() / 1000, t["predicted_n"].get<int>());
+  const json costly = {{"model", "bpe"}, {"prompt", "hi"}, {"max_tokens", 4}, {"grammar", many_alternatives(40000)}};
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = s.post("/v1/completions", costly);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("a grammar of 40,000 alternatives: %.1f s to its answer\n", took);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400) << r->body;
+  const json e = json::parse(r->body)["error"];
+  EXPECT_EQ(e["code"], "grammar_too_costly") << r->body;
+  EXPECT_EQ(e["param"], "grammar") << r->body;
+  EXPECT_LT(took, 60);
+  const json good = {{"model", "bpe"}, {"prompt", "hi"}, {"max_tokens", 2}, {"temperature", 0}};
+  EXPECT_EQ(s.post("/v1/completions", good)->status, 200);
+  s.post("/v1/models/unload", {{"model", "bpe"}});
+  s.expect_clean();
+}
+
+// A client that leaves while its grammar weighs a token stops that step:
+// the request is counted as gone, not as the error its time bound gives.
+TEST(HostileText, AClientThatLeavesStopsItsGrammarsStep) {
+  Served s({"--preload", "bpe"});
+  const json costly = {{"model", "bpe"}, {"prompt", "hi"}, {"max_tokens", 4}, {"grammar", many_alternatives(40000)}};
+  {
+    RawClient c(s.port());
+    ASSERT_TRUE(c.connected());
+    ASSERT_TRUE(c.post("/v1/completions", costly.dump()));
+    EXPECT_FALSE(c.read_until("HTTP/1.1", 1.0)) << c.received();
+  }
+  auto metrics = [&] {
+    auto r = s.http().Get("/metrics");
+    return r ? r->body : std::string();
+  };
+  EXPECT_TRUE(s.until([&] { return metrics().find("reclaim_requests_total{outcome=\"client_gone\"} 1") != std::string::npos; }, 30))
+      << metrics();
+  EXPECT_EQ(metrics().find("reclaim_requests_total{outcome=\"error\"} 1"), std::string::npos) << "the time bound ended it, not the client";
+  s.post("/v1/models/unload", {{"model", "bpe"}});
+  s.expect_clean();
+}

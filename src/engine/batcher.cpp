@@ -132,6 +132,7 @@ GenerateResult Batcher::generate(const GenerateRequest& req, const GenerateHooks
   Job job;
   job.prompt = prompt_tokens(model_.vocab(), req, n_ctx_seq_);
   Generation gen(request, model_.vocab(), req, job.prompt, r);
+  gen.stop_when([&job] { return job.stopped(); });
   job.gen = &gen;
   job.result = &r;
   job.cancel = cancel;
@@ -439,6 +440,8 @@ bool Batcher::step() {
       } else {
         j->next = t;
       }
+    } catch (const Generation::Stopped&) {
+      retire(*j, true);
     } catch (...) {
       j->error = std::current_exception();
       retire(*j, false);

@@ -95,6 +95,7 @@ GenerateResult generate(Session& s, const GenerateRequest& req, const GenerateHo
   const std::vector<llama_token> prompt = prompt_tokens(vocab, req, s.n_ctx());
   const auto n_prompt = static_cast<int32_t>(prompt.size());
   Generation gen(s.scope(), vocab, req, prompt, r);
+  gen.stop_when([&s] { return s.cancelled(); });
 
   // Marks every cell free; the buffers need no zeroing (llama-bench does the same).
   llama_memory_clear(llama_get_memory(s.context()), false);
@@ -131,7 +132,14 @@ GenerateResult generate(Session& s, const GenerateRequest& req, const GenerateHo
   for (int32_t pos = n_prompt;; ++pos) {
     if (cancelled()) break;
     const size_t before = r.tokens.size();
-    const bool end = gen.accept(gen.sample(s.context(), -1), pos, s.n_ctx(), text);
+    llama_token next;
+    try {
+      next = gen.sample(s.context(), -1);
+    } catch (const Generation::Stopped&) {
+      cancelled();
+      break;
+    }
+    const bool end = gen.accept(next, pos, s.n_ctx(), text);
     if (hooks.on_logprobs && req.logprobs >= 0) hooks.on_logprobs(gen.take_logprobs());
     emit();
     if (hooks.on_tokens && r.tokens.size() != before) hooks.on_tokens(static_cast<int32_t>(r.tokens.size()));

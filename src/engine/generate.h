@@ -121,6 +121,15 @@ class NoTokenizer : public BadPrompt {
   using BadPrompt::BadPrompt;
 };
 
+// A grammar that took longer than kGrammarTokenTime to weigh the
+// vocabulary for one token: the client's grammar is too costly for this
+// model (a 400 naming `grammar`, or the field its grammar came from).
+class GrammarTooCostly : public Error {
+ public:
+  using Error::Error;
+};
+inline constexpr std::chrono::milliseconds kGrammarTokenTime{5000};
+
 // False for a model without a tokenizer (llama.cpp's no_vocab): it takes and
 // gives token ids only, and llama.cpp asserts on any text operation.
 bool has_tokenizer(const llama_vocab* vocab);

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -35,7 +36,15 @@ class Generation {
   Generation(const Generation&) = delete;
   Generation& operator=(const Generation&) = delete;
 
+  // Asked while a grammar weighs the vocabulary: true stops the request
+  // (its client left, its model unloads) in the middle of that step.
+  void stop_when(std::function<bool()> stopped) { stopped_ = std::move(stopped); }
+  // What sample() throws when stop_when's predicate stopped it.
+  struct Stopped {};
+
   // The next token from the logits of batch row `row` (-1: the last).
+  // Throws Stopped, and GrammarTooCostly when a grammar takes longer than
+  // kGrammarTokenTime over one token.
   llama_token sample(llama_context* ctx, int32_t row);
   llama_token sample_with_grammar(const float* logits);
   // Takes a sampled token, which would be decoded at position `pos` of a
@@ -61,6 +70,8 @@ class Generation {
   Owned<llama_sampler> sampler_;  // null: plain greedy, an argmax
   Owned<llama_sampler> grammar_;  // null: none
   std::vector<llama_token_data> candidates_;  // the grammar's path: the logits as llama.cpp's array
+  std::function<bool()> stopped_;
+  void mask_with_grammar(llama_token_data_array& arr);
   std::vector<llama_token> preserved_;        // sorted
   int32_t n_logprobs_ = -1;
   TokenLogprob sampled_;          // the last sampled token's, until accepted

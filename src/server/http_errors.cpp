@@ -32,6 +32,7 @@ ApiError to_api_error(const std::exception& ex) {
   if (dynamic_cast<const NoTokenizer*>(&ex)) return {400, "invalid_request_error", "model_has_no_tokenizer", m, 0};
   if (auto* c = dynamic_cast<const ChatError*>(&ex)) return {400, "invalid_request_error", "invalid_chat", m, 0, c->param()};
   if (dynamic_cast<const BadPrompt*>(&ex)) return {400, "invalid_request_error", "invalid_prompt", m, 0};
+  if (dynamic_cast<const GrammarTooCostly*>(&ex)) return {400, "invalid_request_error", "grammar_too_costly", m, 0, "grammar"};
   return {500, "server_error", "", m, 0};
 }
 

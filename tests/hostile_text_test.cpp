@@ -238,3 +238,94 @@ TEST(HostileText, AClientThatLeavesStopsItsGrammarsStep) {
   s.post("/v1/models/unload", {{"model", "bpe"}});
   s.expect_clean();
 }
+
+// SIGTERM ends the server within its --shutdown-timeout whatever a request
+// renders: after the timeout the request is cancelled, and its template's
+// render stops at the engine's next look, long before its own 5 s deadline.
+TEST(HostileText, SigtermEndsTheServerWithinItsShutdownTimeoutWhateverItRenders) {
+  Served s({"-m", model_with_template("slow", kSlowTemplate), "--preload", "slow", "--shutdown-timeout", "1s"});
+  const json body = {{"model", "slow"}, {"messages", json::array({user("hi")})}, {"max_tokens", 2}};
+  RawClient c(s.port());
+  ASSERT_TRUE(c.connected());
+  ASSERT_TRUE(c.post("/v1/chat/completions", body.dump()));
+  EXPECT_FALSE(c.read_until("HTTP/1.1", 0.5)) << c.received();  // rendering
+  const auto t0 = std::chrono::steady_clock::now();
+  const Result r = s.stop();
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("SIGTERM to exit while a template rendered: %.2f s (--shutdown-timeout 1s)\n", took);
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_LT(took, 3.5) << "the render ran on to its own deadline";
+  EXPECT_TRUE(c.read_until("cancelled", 5)) << c.received();
+}
+
+// Schemas and tool lists written to hurt: each is answered (a reply, or a
+// 4xx that says why) within its bound, and the model answers after. A
+// pattern llama.cpp's converter cannot follow once wrote the client's whole
+// schema to stderr with each request (patches/llama.cpp/json-schema-warning-to-log.patch).
+TEST(HostileText, HostileSchemasAndThousandsOfToolsAreAnsweredAndTheServerGoesOn) {
+  const std::string qwen = temp_path("hostile-qwen.gguf");
+  const Result made =
+      run("make-test-model --out " + qwen + " --vocab bpe --embd 64 --layers 1 --type q8_0 --chat-template Qwen-Qwen2.5-7B-Instruct");
+  ASSERT_EQ(made.status, 0) << made.err;
+  Served s({"-m", qwen + ":qwen"});
+  const json good = {{"model", "qwen"}, {"messages", json::array({user("hi")})}, {"max_tokens", 2}, {"temperature", 0}};
+  auto schema = [&](const json& sch) {
+    json b = good;
+    b["response_format"] = {{"type", "json_schema"}, {"json_schema", {{"name", "x"}, {"schema", sch}}}};
+    return b;
+  };
+  json nested = json::object();
+  for (int i = 0; i < 10000; ++i) {
+    json outer = {{"type", "object"}, {"properties", json::object()}};
+    outer["properties"]["a"] = std::move(nested);
+    nested = std::move(outer);
+  }
+  json tools = json::array();
+  for (int i = 0; i < 2000; ++i) {
+    tools.push_back({{"type", "function"},
+                     {"function",
+                      {{"name", "tool_" + std::to_string(i)},
+                       {"description", "tool number " + std::to_string(i)},
+                       {"parameters", {{"type", "object"}, {"properties", {{"x", {{"type", "string"}}}}}}}}}});
+  }
+  json many_tools = good;
+  many_tools["tools"] = tools;
+  json required = many_tools;
+  required["tool_choice"] = "required";
+  json thousand_tools = many_tools;
+  thousand_tools["tools"].erase(thousand_tools["tools"].begin() + 1000, thousand_tools["tools"].end());
+  std::string alternation;
+  for (int i = 0; i < 20000; ++i) alternation += "(a|b)";
+  struct Case {
+    std::string name;
+    json body;
+  };
+  const std::vector<Case> cases = {
+      {"allOf that refers to itself", schema({{"$ref", "#/$defs/a"}, {"$defs", {{"a", {{"allOf", json::array({{{"$ref", "#/$defs/a"}}})}}}}}})},
+      {"a property that refers to its object",
+       schema({{"$ref", "#/$defs/a"}, {"$defs", {{"a", {{"type", "object"}, {"properties", {{"x", {{"$ref", "#/$defs/a"}}}}}}}}}})},
+      {"nested 10,000 deep", schema(nested)},
+      {"maxItems 1,000,000", schema({{"type", "array"}, {"items", {{"type", "integer"}}}, {"maxItems", 1000000}})},
+      {"minItems 1,000,000", schema({{"type", "array"}, {"items", {{"type", "integer"}}}, {"minItems", 1000000}})},
+      {"a pattern of 20,000 alternations", schema({{"type", "string"}, {"pattern", alternation}})},
+      {"2,000 tools", many_tools},
+      {"2,000 tools, one required", required},
+      {"1,000 tools", thousand_tools},
+  };
+  for (const Case& c : cases) {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto r = s.post("/v1/chat/completions", c.body);
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ASSERT_TRUE(r) << c.name;
+    std::printf("%-40s %d in %.2f s\n", c.name.c_str(), r->status, took);
+    EXPECT_LT(r->status, 500) << c.name << ": " << r->body.substr(0, 400);
+    if (r->status >= 400) {
+      const json e = json::parse(r->body, nullptr, false)["error"];
+      EXPECT_FALSE(e["message"].get<std::string>().empty()) << c.name << ": " << r->body.substr(0, 400);
+    }
+    EXPECT_LT(took, 60) << c.name;
+    EXPECT_EQ(s.post("/v1/chat/completions", good)->status, 200) << "after " << c.name;
+  }
+  s.post("/v1/models/unload", {{"model", "qwen"}});
+  s.expect_clean();
+}

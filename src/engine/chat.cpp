@@ -253,7 +253,7 @@ ChatReply ChatReader::finish(std::vector<ChatDelta>* rest) {
 
 // Runs `work` (llama.cpp's common code, which renders the template) under
 // jinja::bounds on this thread: the engine's limits at reclaim's sizes, and a
-// stop callback that the engine asks every 1,024 steps for the deadline and
+// stop callback that the engine asks every 10 ms of steps for the deadline and
 // for `bounds.stop`. A bound that was hit is a TemplateOverBound whatever
 // common made of the error it threw (it catches some and goes on; the
 // engine's bound stays hit, so it cannot go far). `deterministic` says
@@ -265,7 +265,7 @@ auto under_bounds(const TemplateBounds& bounds, size_t input_bytes, bool* determ
   const Clock::time_point deadline = Clock::now() + bounds.time;
   bool stopped = false, timed_out = false;
   jinja::limits lim;
-  lim.max_bytes = bounds.bytes ? bounds.bytes : TemplateBounds::kBytes + 16 * static_cast<uint64_t>(input_bytes);
+  lim.max_bytes = bounds.bytes ? bounds.bytes : TemplateBounds::kBytes + TemplateBounds::kBytesPerInput * static_cast<uint64_t>(input_bytes);
   lim.stop = [&]() -> std::string {
     if (bounds.stop && bounds.stop()) {
       stopped = true;

@@ -44,9 +44,10 @@ class ChatError : public Error {
 // and a way to stop it. docs/safety.md says how they were chosen.
 struct TemplateBounds {
   static constexpr std::chrono::milliseconds kTime{5000};
-  static constexpr uint64_t kBytes = uint64_t{64} << 20;  // and 16 for each byte of the request's messages
+  static constexpr uint64_t kBytes = uint64_t{64} << 20;  // and kBytesPerInput for each byte of the request's
+  static constexpr uint64_t kBytesPerInput = 64;           // messages, tools and schema
   std::chrono::milliseconds time = kTime;
-  uint64_t bytes = 0;  // 0: kBytes and 16 a byte of the messages
+  uint64_t bytes = 0;  // 0: kBytes and kBytesPerInput a byte of the request
   // Asked while it renders: true stops it (the client left, the model unloads).
   std::function<bool()> stop;
 };

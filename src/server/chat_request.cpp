@@ -88,8 +88,18 @@ json checked_messages(const json& j) {
   return out;
 }
 
+// OpenAI takes at most 128 tools a request. Each tool costs a chat template
+// a render of its schema, several times over while llama.cpp reads the
+// template's format: Qwen 2.5's made 45 KiB of values a tool, and 1,500 went
+// over its bound (HostileText.HostileSchemasAndThousandsOfToolsAreAnsweredAndTheServerGoesOn
+// prints what each count gets).
+constexpr size_t kMaxTools = 1024;
+
 std::vector<ChatTool> checked_tools(const json& tools) {
   if (!tools.is_array()) bad_field("tools", "'tools' must be an array");
+  if (tools.size() > kMaxTools) {
+    bad_field("tools", "'tools' has " + std::to_string(tools.size()) + " tools, more than the limit of " + std::to_string(kMaxTools));
+  }
   std::vector<ChatTool> out;
   for (size_t i = 0; i < tools.size(); ++i) {
     const json& t = tools[i];

@@ -50,7 +50,8 @@ struct Args {
   std::string models_dir, host = "127.0.0.1", api_key, api_key_file, memory_budget = "0", keep_alive = "5m";
   std::string cache_ram = "2GiB";
   std::string unload_timeout = "30s", shutdown_timeout = "30s", chat_template, load_mode = "mmap", vet_timeout = "10m";
-  std::string queue_timeout = "5m", read_timeout = "10s", stream_keepalive = "5s", min_serve = "0";
+  std::string queue_timeout = "5m", read_timeout = "10s", stream_keepalive = "5s", min_serve = "0",
+              grammar_token_time = "5s";
   int port = 8080, max_loaded = 0, ctx = 4096, threads = 0, gpu_layers = -1, parallel = 1, batch = 512, max_queue = 32;
   int max_connections = 512;
   bool no_autoload = false, verbose = false, trust_models = false;
@@ -369,6 +370,7 @@ int serve(const Args& a) {
   so.max_connections = a.max_connections;
   so.read_timeout = duration(a.read_timeout, "read-timeout");
   so.stream_keepalive = duration(a.stream_keepalive, "stream-keepalive");
+  so.grammar_token_time = duration(a.grammar_token_time, "grammar-token-time");
   const Millis shutdown_timeout = duration(a.shutdown_timeout, "shutdown-timeout");
 
   ModelSources sources(a);
@@ -457,6 +459,9 @@ Command add_serve(CLI::App& app) {
   sub->add_option("--max-connections", a->max_connections, "connections served at once (each has a thread while open)")
       ->capture_default_str()->check(CLI::Range(8, 65536));
   sub->add_option("--read-timeout", a->read_timeout, "how long a connection may take to send a whole request, or stay idle")
+      ->capture_default_str();
+  sub->add_option("--grammar-token-time", a->grammar_token_time,
+                  "how long a request's grammar may take to weigh the vocabulary for one token (a 400 beyond)")
       ->capture_default_str();
   sub->add_option("--stream-keepalive", a->stream_keepalive, "how often a stream waiting for its model sends an SSE comment")
       ->capture_default_str();

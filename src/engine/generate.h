@@ -37,6 +37,9 @@ struct GenerateRequest {
   // -1: none; 0..kMaxTopLogprobs: each generated token's log-probability,
   // and that many of the likeliest tokens beside it (OpenAI's logprobs).
   int32_t logprobs = -1;
+  // How long the grammar may take to weigh the vocabulary for one token
+  // (GrammarTooCostly beyond); kGrammarTokenTime by default.
+  std::chrono::milliseconds grammar_token_time{5000};
 };
 inline constexpr int32_t kMaxTopLogprobs = 20;
 
@@ -121,14 +124,13 @@ class NoTokenizer : public BadPrompt {
   using BadPrompt::BadPrompt;
 };
 
-// A grammar that took longer than kGrammarTokenTime to weigh the
-// vocabulary for one token: the client's grammar is too costly for this
-// model (a 400 naming `grammar`, or the field its grammar came from).
+// A grammar that took longer than GenerateRequest::grammar_token_time to
+// weigh the vocabulary for one token: the client's grammar is too costly for
+// this model (a 400 naming `grammar`).
 class GrammarTooCostly : public Error {
  public:
   using Error::Error;
 };
-inline constexpr std::chrono::milliseconds kGrammarTokenTime{5000};
 
 // False for a model without a tokenizer (llama.cpp's no_vocab): it takes and
 // gives token ids only, and llama.cpp asserts on any text operation.

@@ -17,7 +17,7 @@ std::vector<llama_token> prompt_tokens(const llama_vocab* vocab, const GenerateR
 Generation::Generation(Scope& scope, const llama_vocab* vocab, const GenerateRequest& req,
                        const std::vector<llama_token>& prompt, GenerateResult& result)
     : vocab_(vocab), n_vocab_(llama_vocab_n_tokens(vocab)), max_tokens_(req.max_tokens), result_(result),
-      stream_(req.stop) {
+      grammar_token_time_(req.grammar_token_time), stream_(req.stop) {
   result_.timings.prompt_tokens = static_cast<int32_t>(prompt.size());
   // Plain greedy needs no sampler chain: an argmax over the logits picks the
   // same token as llama.cpp's greedy sampler (the first of equal maxima)
@@ -119,7 +119,9 @@ llama_token Generation::sample_with_grammar(const float* logits) {
   } catch (const Stopped&) {
     throw;
   } catch (const std::exception& e) {
-    throw Error(std::string("grammar: ") + e.what());
+    // What llama.cpp's grammar throws as it runs: the text it accepted
+    // opened more alternatives than its bound (grammar-stack-bound.patch).
+    throw GrammarTooCostly(std::string("the grammar went over a bound as it ran: ") + e.what());
   }
 }
 
@@ -134,11 +136,11 @@ llama_token Generation::sample_with_grammar(const float* logits) {
 // one takes now).
 void Generation::mask_with_grammar(llama_token_data_array& arr) {
   constexpr size_t kSlice = 1024;
-  const Clock::time_point until = Clock::now() + kGrammarTokenTime;
+  const Clock::time_point until = Clock::now() + grammar_token_time_;
   for (size_t at = 0; at < arr.size; at += kSlice) {
     if (stopped_ && stopped_()) throw Stopped{};
     if (at > 0 && Clock::now() > until) {
-      throw GrammarTooCostly("the grammar took more than " + std::to_string(kGrammarTokenTime.count()) +
+      throw GrammarTooCostly("the grammar took more than " + std::to_string(grammar_token_time_.count()) +
                              " ms to weigh this model's vocabulary for one token (it had weighed " + std::to_string(at) +
                              " of " + std::to_string(arr.size) + " tokens): it has too many alternatives open at once");
     }

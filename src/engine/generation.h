@@ -44,7 +44,7 @@ class Generation {
 
   // The next token from the logits of batch row `row` (-1: the last).
   // Throws Stopped, and GrammarTooCostly when a grammar takes longer than
-  // kGrammarTokenTime over one token.
+  // the request's grammar_token_time over one token.
   llama_token sample(llama_context* ctx, int32_t row);
   llama_token sample_with_grammar(const float* logits);
   // Takes a sampled token, which would be decoded at position `pos` of a
@@ -71,6 +71,7 @@ class Generation {
   Owned<llama_sampler> grammar_;  // null: none
   std::vector<llama_token_data> candidates_;  // the grammar's path: the logits as llama.cpp's array
   std::function<bool()> stopped_;
+  std::chrono::milliseconds grammar_token_time_;
   void mask_with_grammar(llama_token_data_array& arr);
   std::vector<llama_token> preserved_;        // sorted
   int32_t n_logprobs_ = -1;

@@ -68,7 +68,13 @@ Owned<llama_sampler> new_grammar_sampler(Scope& scope, const llama_vocab* vocab,
 
 bool grammar_parses(const llama_vocab* vocab, const std::string& gbnf) {
   check_grammar_limits(gbnf);
-  llama_sampler* g = llama_sampler_init_grammar(vocab, gbnf.c_str(), "root");
+  llama_sampler* g = nullptr;
+  try {
+    g = llama_sampler_init_grammar(vocab, gbnf.c_str(), "root");
+  } catch (const std::exception& e) {
+    // The bound on open alternatives (patches/llama.cpp/grammar-stack-bound.patch).
+    throw GrammarTooLarge(e.what());
+  }
   if (!g) return false;
   llama_sampler_free(g);
   return true;

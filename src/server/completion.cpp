@@ -216,6 +216,7 @@ bool Server::complete(httplib::Response& res, const CompletionCall& call) {
   if (!settings.request_defaults.empty()) run->req = call.parse(settings.request_defaults);
   run->chat_template = settings.chat_template.value_or(options_.chat_template);
   run->chat = run->req.chat;
+  run->req.generate.grammar_token_time = options_.grammar_token_time;
   run->keep_alive = run->req.keep_alive_ms ? Millis(*run->req.keep_alive_ms) : Millis(-2);
   run->answer = call.answer(run->req);
   try {

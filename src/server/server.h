@@ -56,6 +56,9 @@ struct ServerOptions {
   // A stream that waits for its model sends an SSE comment this often, so
   // that proxies and clients do not take it for dead.
   Millis stream_keepalive = std::chrono::seconds(5);
+  // How long a request's grammar may take to weigh the vocabulary for one
+  // token (a 400 grammar_too_costly beyond; docs/safety.md).
+  Millis grammar_token_time = std::chrono::seconds(5);
   // The dashboard's chart (server/history.h): a sample this often, this many
   // kept (10 minutes). 0: none.
   Millis history_every = std::chrono::seconds(1);

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <memory>
 
 #include <nlohmann/json.hpp>
 
@@ -35,6 +36,31 @@ std::string model_with_template(const std::string& name, const std::string& jinj
   const Result made = run("make-test-model --out " + path + " --vocab bpe --embd 64 --layers 1 --type q8_0 --chat-template " + tmpl);
   EXPECT_EQ(made.status, 0) << made.out << made.err;
   return path + ":" + name;
+}
+
+std::string metrics_of(Served& s) {
+  auto r = s.http().Get("/metrics");
+  return r ? r->body : std::string();
+}
+
+// Posts `body` to `path` on a raw socket and returns once the server is
+// serving it (its in-flight gauge says so): a client whose request runs.
+std::unique_ptr<RawClient> post_in_flight(Served& s, const std::string& path, const json& body) {
+  auto c = std::make_unique<RawClient>(s.port());
+  EXPECT_TRUE(c->connected());
+  EXPECT_TRUE(c->post(path, body.dump()));
+  EXPECT_TRUE(s.until([&] { return metrics_of(s).find("reclaim_requests_in_flight 1") != std::string::npos; }, 30))
+      << metrics_of(s);
+  return c;
+}
+
+// A client that leaves while its request runs: the server counts it gone,
+// not as the error that the request's own bound would have given.
+void expect_leaving_stops_it(Served& s, const std::string& path, const json& body) {
+  post_in_flight(s, path, body).reset();
+  EXPECT_TRUE(s.until([&] { return metrics_of(s).find("reclaim_requests_total{outcome=\"client_gone\"} 1") != std::string::npos; }, 30))
+      << metrics_of(s);
+  EXPECT_EQ(metrics_of(s).find("reclaim_requests_total{outcome=\"error\"} 1"), std::string::npos) << "its bound ended it, not the client";
 }
 
 struct Hostile {
@@ -156,21 +182,7 @@ TEST(HostileText, ATemplateThatRendersForeverEndsAtItsDeadline) {
 // counted as gone, not answered with the 422 its deadline would give.
 TEST(HostileText, AClientThatLeavesStopsItsTemplatesRender) {
   Served s({"-m", model_with_template("slow", kSlowTemplate), "--preload", "slow"});
-  const json body = {{"model", "slow"}, {"messages", json::array({user("hi")})}, {"max_tokens", 2}};
-  {
-    RawClient c(s.port());
-    ASSERT_TRUE(c.connected());
-    ASSERT_TRUE(c.post("/v1/chat/completions", body.dump()));
-    // Long enough for the server to have started the render.
-    EXPECT_FALSE(c.read_until("HTTP/1.1", 0.5)) << c.received();
-  }
-  auto metrics = [&] {
-    auto r = s.http().Get("/metrics");
-    return r ? r->body : std::string();
-  };
-  EXPECT_TRUE(s.until([&] { return metrics().find("reclaim_requests_total{outcome=\"client_gone\"} 1") != std::string::npos; }, 30))
-      << metrics();
-  EXPECT_EQ(metrics().find("reclaim_requests_total{outcome=\"error\"} 1"), std::string::npos) << "the deadline ended it, not the client";
+  expect_leaving_stops_it(s, "/v1/chat/completions", {{"model", "slow"}, {"messages", json::array({user("hi")})}, {"max_tokens", 2}});
   s.post("/v1/models/unload", {{"model", "slow"}});
   s.expect_clean();
 }
@@ -223,19 +235,7 @@ TEST(HostileText, AGrammarTooCostlyForTheVocabularyIsA400) {
 TEST(HostileText, AClientThatLeavesStopsItsGrammarsStep) {
   Served s({"--preload", "bpe"});
   const json costly = {{"model", "bpe"}, {"prompt", "hi"}, {"max_tokens", 4}, {"grammar", many_alternatives(10000)}};
-  {
-    RawClient c(s.port());
-    ASSERT_TRUE(c.connected());
-    ASSERT_TRUE(c.post("/v1/completions", costly.dump()));
-    EXPECT_FALSE(c.read_until("HTTP/1.1", 1.0)) << c.received();
-  }
-  auto metrics = [&] {
-    auto r = s.http().Get("/metrics");
-    return r ? r->body : std::string();
-  };
-  EXPECT_TRUE(s.until([&] { return metrics().find("reclaim_requests_total{outcome=\"client_gone\"} 1") != std::string::npos; }, 30))
-      << metrics();
-  EXPECT_EQ(metrics().find("reclaim_requests_total{outcome=\"error\"} 1"), std::string::npos) << "the time bound ended it, not the client";
+  expect_leaving_stops_it(s, "/v1/completions", costly);
   s.post("/v1/models/unload", {{"model", "bpe"}});
   s.expect_clean();
 }
@@ -246,17 +246,14 @@ TEST(HostileText, AClientThatLeavesStopsItsGrammarsStep) {
 TEST(HostileText, SigtermEndsTheServerWithinItsShutdownTimeoutWhateverItRenders) {
   Served s({"-m", model_with_template("slow", kSlowTemplate), "--preload", "slow", "--shutdown-timeout", "1s"});
   const json body = {{"model", "slow"}, {"messages", json::array({user("hi")})}, {"max_tokens", 2}};
-  RawClient c(s.port());
-  ASSERT_TRUE(c.connected());
-  ASSERT_TRUE(c.post("/v1/chat/completions", body.dump()));
-  EXPECT_FALSE(c.read_until("HTTP/1.1", 0.5)) << c.received();  // rendering
+  std::unique_ptr<RawClient> c = post_in_flight(s, "/v1/chat/completions", body);
   const auto t0 = std::chrono::steady_clock::now();
   const Result r = s.stop();
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("SIGTERM to exit while a template rendered: %.2f s (--shutdown-timeout 1s)\n", took);
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_LT(took, 3.5) << "the render ran on to its own deadline";
-  EXPECT_TRUE(c.read_until("cancelled", 5)) << c.received();
+  EXPECT_TRUE(c->read_until("cancelled", 5)) << c->received();
 }
 
 // Schemas and tool lists written to hurt: each is answered (a reply, or a

@@ -110,8 +110,14 @@ TEST(Serve, EveryThreadOfTheServerIsOnTheLedgerUnderItsOwner) {
     return std::make_pair(by_owner, all);
   };
   // Idle: the accept loop, the HTTP threads that stay, the watchdog and the
-  // dashboard's history sampler, the reaper, the vetter.
-  json r = s.get("/v1/resources");
+  // dashboard's history sampler, the reaper, the vetter, once the vetting
+  // start-up began (a thread and two children while it runs) has ended.
+  json r;
+  ASSERT_TRUE(s.until([&] {
+    r = s.get("/v1/resources");
+    return r["vetting"]["queued"] == 0 && r["vetting"]["running"] == false;
+  }, 60)) << r["vetting"].dump();
+  EXPECT_GE(r["vetting"]["vetted"].get<int>(), 1) << r["vetting"].dump();
   auto [idle, idle_all] = threads_on_ledger(r);
   EXPECT_EQ(idle["serve"], 1) << r["ledger"].dump();
   EXPECT_EQ(idle["http"], 4 + 1 + 1) << r["ledger"].dump();  // and the read-timeout watchdog, the sampler

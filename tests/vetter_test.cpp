@@ -8,7 +8,9 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <future>
 
+#include "batch_checks.h"
 #include "core/ledger.h"
 #include "engine/batcher.h"
 #include "gguf_corpus.h"
@@ -20,6 +22,7 @@ namespace reclaim {
 namespace {
 
 using namespace std::chrono_literals;
+using testing::eventually;
 using testing::sanitized;
 using testing::small_model;
 using testing::small_session;
@@ -132,6 +135,68 @@ TEST(Vetter, IntegerWeightsAreNamedBeforeTheyCrashADecode) {
   q.checks = false;
   const std::string crashed = refusal(v, q);
   EXPECT_NE(crashed.find("crashed the vetting process (signal"), std::string::npos) << crashed;
+}
+
+// A stand-in for the vetting child: the estimate part approves at once; the
+// decode part says it has loaded the file, then waits for `go` to exist and
+// refuses it at the decode stage.
+VetterOptions loads_then_refuses(const std::string& go) {
+  const std::string script =
+      "case \"$1\" in\n"
+      "  *'\"part\":\"decode\"'*)\n"
+      "    echo '{\"loaded\":true}'\n"
+      "    while [ ! -e '" + go + "' ]; do sleep 0.01; done\n"
+      "    echo '{\"ok\":false,\"stage\":\"decode\",\"error\":\"the decode failed\"}' ;;\n"
+      "  *) echo '{\"ok\":true,\"has_tokenizer\":true}' ;;\n"
+      "esac\n";
+  return VetterOptions{.program = {"/bin/sh", "-c", script, "sh"}};
+}
+
+TEST(Vetter, AFileIsLoadableOnceAChildLoadedItAndRefusedWhenItsDecodeFails) {
+  const std::string go = temp_path("vet-go");
+  std::filesystem::remove(go);
+  Vetter v(loads_then_refuses(go));
+  const VetRequest q = request_for(small_model("spm"));
+  // The estimate is made and a child has loaded the file; its decode waits.
+  const VetReport loadable = v.vet_to_load(q);
+  EXPECT_TRUE(loadable.ok);
+  EXPECT_TRUE(v.counts().running);
+  EXPECT_FALSE(v.known(q).has_value());
+  std::ofstream(go) << "go";
+  const std::string m = refusal(v, q);
+  EXPECT_EQ(m, "the decode failed");
+  // The verdict is kept: no step of it runs again.
+  EXPECT_THROW((void)v.vet_to_load(q), InvalidModelFile);
+  EXPECT_EQ(v.counts().children, 1u);
+}
+
+TEST(Vetter, ARegistryMakesNoContextOfAFileUntilItsWholeVerdictIsIn) {
+  const std::string go = temp_path("vet-registry-go");
+  std::filesystem::remove(go);
+  RegistryOptions o;
+  o.session = small_session();
+  o.vetter = std::make_shared<Vetter>(loads_then_refuses(go));
+  o.parallel = 1;
+  Registry reg(o, {{"m", small_model("spm"), false}});
+  const uint64_t standing = Ledger::process().totals().count;
+  auto acquired = std::async(std::launch::async, [&] { return reg.acquire("m"); });
+  // The registry loads the file (its weights are on the ledger) beside the
+  // child's decode, and waits there.
+  auto weights_held = [] {
+    for (const LedgerEntry& e : Ledger::process().entries()) {
+      if (e.kind == Kind::model) return true;
+    }
+    return false;
+  };
+  ASSERT_TRUE(eventually(weights_held));
+  EXPECT_EQ(reg.status("m").state, ModelState::loading);
+  EXPECT_EQ(acquired.wait_for(0ms), std::future_status::timeout);
+  std::ofstream(go) << "go";
+  EXPECT_THROW((void)acquired.get(), InvalidModelFile);
+  EXPECT_EQ(reg.status("m").state, ModelState::unloaded);
+  EXPECT_EQ(reg.status("m").last_error, "the decode failed");
+  EXPECT_FALSE(weights_held());
+  EXPECT_EQ(Ledger::process().totals().count, standing);
 }
 
 TEST(Vetter, AFileRewrittenInPlaceIsVettedAgain) {

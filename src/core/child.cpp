@@ -85,6 +85,13 @@ ChildResult run_child(const ChildOptions& o) {
     open_fds = 1;
   }
   char buf[65536];
+  size_t unseen = 0;  // where the stdout not yet given to on_line starts
+  auto give_lines = [&] {
+    if (!o.on_line) return;
+    for (size_t nl; (nl = r.out.find('\n', unseen)) != std::string::npos; unseen = nl + 1) {
+      o.on_line(r.out.substr(unseen, nl - unseen));
+    }
+  };
   while (open_fds > 0) {
     int wait_ms = -1;
     if (!r.timed_out && deadline != Clock::time_point::max()) {
@@ -120,6 +127,7 @@ ChildResult run_child(const ChildOptions& o) {
       }
       if (i == 0) {
         keep_bytes(r.out, buf, static_cast<size_t>(got), o.max_stdout, false);
+        give_lines();
       } else {
         keep_bytes(r.err, buf, static_cast<size_t>(got), o.max_stderr, true);
       }

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,10 @@ struct ChildOptions {
   size_t max_stdout = 16u << 20;
   size_t max_stderr = 64u << 10;  // the tail is kept: an abort's message is last
   bool pass_stderr = false;        // the child writes to our stderr instead
+  // Called with each line of stdout (without its newline) as it comes, on
+  // the thread that runs the child: how a child says where it has got to.
+  // Lines past max_stdout are not seen.
+  std::function<void(const std::string&)> on_line;
   // When this fd becomes readable (another thread wrote to a pipe, or closed
   // it), the child is killed: how its owner stops it early. -1: never.
   int stop_fd = -1;

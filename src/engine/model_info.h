@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 
@@ -62,7 +63,11 @@ ModelInfo model_info(const llama_model* model, const std::string& path);
 // Loads `load.path` with no_alloc and estimates a model plus one context of
 // `params`. The simulated load allocates only the bookkeeping, which is
 // measured as the overheads. Throws Error for a file llama.cpp cannot read.
-MemoryEstimate estimate_memory(const ModelLoad& load, const llama_context_params& params, ModelInfo* info = nullptr);
+// `inspect`, when given, sees the simulated model once it is measured: its
+// vocab is whole, so the vetting child reads the tokenizer there rather than
+// load the vocab a second time.
+MemoryEstimate estimate_memory(const ModelLoad& load, const llama_context_params& params, ModelInfo* info = nullptr,
+                               const std::function<void(const llama_model*)>& inspect = nullptr);
 
 // Throws Error if `e` needs more host memory than the machine has available
 // (MemAvailable), or more on the accelerators than they have free; the

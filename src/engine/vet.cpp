@@ -9,17 +9,40 @@
 #include <cstring>
 #include <vector>
 
+#include "core/arena.h"
 #include "core/defer.h"
 #include "engine/gguf_check.h"
+#include "engine/owners.h"
 #include "engine/runtime.h"
 
 namespace reclaim {
 
 using nlohmann::json;
 
+namespace {
+
+const char* part_name(VetPart p) {
+  switch (p) {
+    case VetPart::estimate: return "estimate";
+    case VetPart::decode: return "decode";
+    case VetPart::whole: break;
+  }
+  return "whole";
+}
+
+VetPart part_named(const std::string& name) {
+  if (name == "whole") return VetPart::whole;
+  if (name == "estimate") return VetPart::estimate;
+  if (name == "decode") return VetPart::decode;
+  throw Error("unknown vetting part '" + name + "'");
+}
+
+}  // namespace
+
 nlohmann::json to_json(const VetRequest& r) {
   const llama_context_params& c = r.context;
   return {{"path", r.path},
+          {"part", part_name(r.part)},
           {"n_gpu_layers", r.n_gpu_layers},
           {"checks", r.checks},
           {"context",
@@ -37,6 +60,7 @@ nlohmann::json to_json(const VetRequest& r) {
 VetRequest vet_request_from_json(const nlohmann::json& j) {
   VetRequest r;
   r.path = j.at("path").get<std::string>();
+  r.part = part_named(j.value("part", "whole"));
   r.n_gpu_layers = j.at("n_gpu_layers").get<int32_t>();
   r.checks = j.value("checks", true);
   const json& c = j.at("context");
@@ -65,6 +89,7 @@ nlohmann::json to_json(const VetReport& r) {
           {"stage", r.stage},
           {"error", r.error},
           {"ms", r.ms},
+          {"stage_ms", r.stage_ms},
           {"has_tokenizer", r.has_tokenizer},
           {"estimate", r.estimate},
           {"info", r.info}};
@@ -76,6 +101,7 @@ VetReport vet_report_from_json(const nlohmann::json& j) {
   r.stage = j.value("stage", "");
   r.error = j.value("error", "");
   r.ms = j.value("ms", 0.0);
+  if (j.contains("stage_ms")) r.stage_ms = j["stage_ms"].get<std::vector<std::pair<std::string, double>>>();
   r.has_tokenizer = j.value("has_tokenizer", false);
   if (j.contains("estimate")) r.estimate = j["estimate"].get<MemoryEstimate>();
   if (j.contains("info")) r.info = j["info"].get<ModelInfo>();
@@ -91,11 +117,7 @@ std::string g_path;
 // ggml calls this with the assert's "file:line: message" and then aborts; the
 // verdict is written with write(2), the one call that cannot be lost in a
 // stdio buffer the abort never flushes.
-void on_ggml_abort(const char* message) {
-  json j = {{"ok", false},
-            {"stage", g_stage.load()},
-            {"error", "model file '" + g_path + "' makes llama.cpp abort at the " + g_stage.load() + " stage: " + message}};
-  const std::string line = j.dump() + "\n";
+void write_line(const std::string& line) {
   size_t done = 0;
   while (done < line.size()) {
     const ssize_t n = ::write(STDOUT_FILENO, line.data() + done, line.size() - done);
@@ -103,6 +125,15 @@ void on_ggml_abort(const char* message) {
     done += static_cast<size_t>(n);
   }
 }
+
+void on_ggml_abort(const char* message) {
+  json j = {{"ok", false},
+            {"stage", g_stage.load()},
+            {"error", "model file '" + g_path + "' makes llama.cpp abort at the " + g_stage.load() + " stage: " + message}};
+  write_line(j.dump() + "\n");
+}
+
+constexpr const char* kLoadedLine = R"({"loaded":true})";
 
 std::string llama_reason() {
   std::string why = take_llama_errors();
@@ -150,51 +181,69 @@ void use_the_tokenizer(const llama_vocab* vocab) {
 
 }  // namespace
 
-VetReport vet_here(const VetRequest& q) {
+VetReport vet_here(const VetRequest& q, const std::function<void()>& on_loaded) {
   const auto t0 = std::chrono::steady_clock::now();
   VetReport r;
   g_path = q.path;
+  auto stage_start = t0;
   auto stage = [&](const char* s) {
+    const auto now = std::chrono::steady_clock::now();
+    if (!r.stage.empty()) r.stage_ms.emplace_back(r.stage, std::chrono::duration<double, std::milli>(now - stage_start).count());
+    stage_start = now;
     g_stage = s;
     r.stage = s;
   };
   try {
     stage("metadata");
     check_model_file(q.path);
-    if (q.checks) check_gguf_metadata(q.path);
+    if (q.checks) {
+      // The parse's blocks (every token's string) in huge pages, as a load's
+      // are: a fresh child would fault them in by 4 KiB.
+      ArenaWindow window;
+      check_gguf_metadata(q.path);
+    }
 
-    stage("estimate");
-    ModelLoad load;
-    load.path = q.path;
-    load.n_gpu_layers = q.n_gpu_layers;
-    r.estimate = estimate_memory(load, q.context, &r.info);
+    if (q.part != VetPart::decode) {
+      stage("estimate");
+      ModelLoad load;
+      load.path = q.path;
+      load.n_gpu_layers = q.n_gpu_layers;
+      r.estimate = estimate_memory(load, q.context, &r.info, [&](const llama_model* model) {
+        r.has_tokenizer = llama_vocab_type(llama_model_get_vocab(model)) != LLAMA_VOCAB_TYPE_NONE;
+      });
+    }
+    if (q.part != VetPart::estimate) {
+      stage("load");
+      llama_model_params mp = llama_model_default_params();
+      mp.n_gpu_layers = q.n_gpu_layers;
+      take_llama_errors();
+      // In the load's arena of huge pages, as the parent's own load is
+      // (engine/owners.h): the vocab's blocks fault in by 2 MiB, not 4 KiB.
+      llama_model* model = load_in_arena(q.path, mp);
+      if (!model) throw InvalidModelFile("cannot load model '" + q.path + "': " + llama_reason());
+      Defer free_model([model] { llama_model_free(model); });
+      const llama_vocab* vocab = llama_model_get_vocab(model);
+      if (on_loaded) on_loaded();
 
-    stage("load");
-    llama_model_params mp = llama_model_default_params();
-    mp.n_gpu_layers = q.n_gpu_layers;
-    take_llama_errors();
-    llama_model* model = llama_model_load_from_file(q.path.c_str(), mp);
-    if (!model) throw InvalidModelFile("cannot load model '" + q.path + "': " + llama_reason());
-    Defer free_model([model] { llama_model_free(model); });
-    const llama_vocab* vocab = llama_model_get_vocab(model);
-    r.has_tokenizer = llama_vocab_type(vocab) != LLAMA_VOCAB_TYPE_NONE;
+      stage("context");
+      llama_context_params cp = llama_context_default_params();
+      cp.n_ctx = 256;
+      cp.n_batch = cp.n_ubatch = 8;
+      cp.n_seq_max = 1;
+      cp.n_threads = cp.n_threads_batch = std::max(1, std::min(q.context.n_threads, 4));
+      llama_context* ctx = llama_init_from_model(model, cp);
+      if (!ctx) throw InvalidModelFile("cannot create a context for '" + q.path + "': " + llama_reason());
+      Defer free_ctx([ctx] { llama_free(ctx); });
 
-    stage("context");
-    llama_context_params cp = llama_context_default_params();
-    cp.n_ctx = 256;
-    cp.n_batch = cp.n_ubatch = 8;
-    cp.n_seq_max = 1;
-    cp.n_threads = cp.n_threads_batch = std::max(1, std::min(q.context.n_threads, 4));
-    llama_context* ctx = llama_init_from_model(model, cp);
-    if (!ctx) throw InvalidModelFile("cannot create a context for '" + q.path + "': " + llama_reason());
-    Defer free_ctx([ctx] { llama_free(ctx); });
+      stage("decode");
+      decode_a_little(ctx, vocab, q.path);
 
-    stage("decode");
-    decode_a_little(ctx, vocab, q.path);
-
-    if (r.has_tokenizer) {
-      stage("tokenizer");
-      use_the_tokenizer(vocab);
+      // After the parent was told the file loads: the parent's own load
+      // runs beside this.
+      if (llama_vocab_type(vocab) != LLAMA_VOCAB_TYPE_NONE) {
+        stage("tokenizer");
+        use_the_tokenizer(vocab);
+      }
     }
   } catch (const std::exception& e) {
     r.ok = false;
@@ -202,11 +251,13 @@ VetReport vet_here(const VetRequest& q) {
     r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     return r;
   }
+  stage("");
   r.ok = true;
-  r.stage.clear();
   r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }
+
+bool is_loaded_line(const std::string& line) { return line == kLoadedLine; }
 
 int vet_child_main(int argc, char** argv) {
   if (argc != 3 || std::strcmp(argv[1], kVetArg) != 0) {
@@ -222,7 +273,7 @@ int vet_child_main(int argc, char** argv) {
   }
   ggml_set_abort_callback(on_ggml_abort);
   Runtime runtime;
-  const VetReport r = vet_here(q);
+  const VetReport r = vet_here(q, [] { write_line(std::string(kLoadedLine) + "\n"); });
   const std::string line = to_json(r).dump() + "\n";
   std::fwrite(line.data(), 1, line.size(), stdout);
   std::fflush(stdout);

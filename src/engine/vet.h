@@ -12,7 +12,10 @@
 // message to stdout before the process ends.
 #pragma once
 
+#include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <llama.h>
 #include <nlohmann/json.hpp>
@@ -24,8 +27,18 @@ namespace reclaim {
 // The argument that makes a program the vetting child (see vet_child_main).
 inline constexpr const char* kVetArg = "__vet";
 
+// What a child does of the vetting. The parent runs the two parts in two
+// children at once (runtime/vetter.cpp), so that a first load waits for the
+// longer of them rather than for both.
+enum class VetPart {
+  whole,     // all of it, in order: what the fuzzer and a lone vet_here do
+  estimate,  // the simulated load and the context plan
+  decode,    // a real load, a small context, a decode and the tokenizer
+};
+
 struct VetRequest {
   std::string path;
+  VetPart part = VetPart::whole;
   int32_t n_gpu_layers = -1;
   // The context the estimate plans (the server's batch or session context).
   llama_context_params context = llama_context_default_params();
@@ -43,6 +56,9 @@ struct VetReport {
   ModelInfo info;
   bool has_tokenizer = false;  // false: token ids in and out only (llama.cpp's no_vocab)
   double ms = 0;               // how long the child's work took
+  // Each stage's time, in order: `reclaim __vet REQUEST_JSON` prints them,
+  // which is how the figures in runtime/vetter.cpp were measured.
+  std::vector<std::pair<std::string, double>> stage_ms;
 };
 
 nlohmann::json to_json(const VetRequest& r);
@@ -50,9 +66,16 @@ VetRequest vet_request_from_json(const nlohmann::json& j);
 nlohmann::json to_json(const VetReport& r);
 VetReport vet_report_from_json(const nlohmann::json& j);
 
-// Does the vetting in this process; a failure llama.cpp reports is a report
-// with ok false, an assert ends the process. Needs a Runtime.
-VetReport vet_here(const VetRequest& request);
+// Does the vetting (the request's part of it) in this process; a failure
+// llama.cpp reports is a report with ok false, an assert ends the process.
+// Needs a Runtime. The estimate, info and has_tokenizer come from the
+// estimate part; the decode part's report has only its verdict.
+// `on_loaded` is called once the real load has succeeded (the decode part):
+// from then on the file is known to load, and the parent may load it too.
+VetReport vet_here(const VetRequest& request, const std::function<void()>& on_loaded = nullptr);
+
+// The line a child prints when its real load has succeeded.
+bool is_loaded_line(const std::string& line);
 
 // The child's main: `argv[1]` is kVetArg and `argv[2]` the request's JSON.
 // Prints the report's JSON on one line of stdout; exits 0 whatever the

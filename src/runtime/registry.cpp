@@ -187,9 +187,11 @@ int64_t Registry::estimate_for_locked(std::unique_lock<std::mutex>& lock, Entry&
   int64_t estimate = 0, model_estimate = 0;
   Places estimate_at;
   try {
-    // A file not yet vetted is read first in a child process, which may
-    // die of it; the child's estimate is the one this process would make.
-    MemoryEstimate m = options_.vetter ? options_.vetter->vet(vet).estimate : estimate_memory(load, cp);
+    // A file not yet vetted is read first in child processes, which may
+    // die of it; their estimate is the one this process would make. This
+    // returns once a child has loaded the file; load_locked waits for the
+    // rest of the verdict before it makes a context.
+    MemoryEstimate m = options_.vetter ? options_.vetter->vet_to_load(vet).estimate : estimate_memory(load, cp);
     model_estimate = m.model_host + m.model_device;
     estimate = m.model_host + m.model_device + m.model_overhead +
                m.per_context_host() + m.context_device + m.compute_device;  // the batch's one context
@@ -234,11 +236,16 @@ void Registry::load_locked(std::unique_lock<std::mutex>& lock, Entry& e, int64_t
   const ModelLoad load = model_load(e);
   BatcherOptions batching = batching_of(e);
   batching.cache_ram = static_cast<uint64_t>(cache_ram_locked(1));
+  std::optional<VetRequest> vet;
+  if (options_.vetter) vet = vet_request(e);
   lock.unlock();
   const Steady::time_point t0 = Steady::now();
   std::unique_ptr<Model> model;
   try {
     model = std::make_unique<Model>(load, &scope_);
+    // The file loads (a child loaded it first); whether it decodes, a child
+    // may still be finding out while this process loaded it.
+    if (vet) (void)options_.vetter->vet(*vet);
     model->start_batcher(batching);
   } catch (const std::exception& ex) {
     lock.lock();

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <exception>
 
 #include "core/child.h"
 #include "core/defer.h"
@@ -57,6 +58,17 @@ bool out_of_memory(const std::string& text) {
   return false;
 }
 
+// Where a part failed, in the order of a whole vetting: of two refusals, the
+// earlier stage is the one a lone child would have reported.
+int stage_rank(const std::string& stage) {
+  int rank = 0;
+  for (const char* s : {"metadata", "estimate", "load", "context", "decode", "tokenizer"}) {
+    if (stage == s) return rank;
+    ++rank;
+  }
+  return rank;  // "unknown": a crash without a verdict
+}
+
 VetReport verdict_or_throw(const VetReport& r) {
   if (!r.ok) throw InvalidModelFile(r.error);
   return r;
@@ -74,9 +86,9 @@ Vetter::Vetter(VetterOptions options) : options_(std::move(options)), scope_("ve
   });
   // Started now, idle until asked, so that a server's baseline has it.
   // Its cleanup, armed after the pipe's, runs before it: the thread may be
-  // waiting on a child that the pipe stops.
+  // waiting on children that the pipe stops.
   Scope::Slot thread = scope_.reserve(Kind::thread, "vetting thread");
-  thread_ = std::thread([this] { background(); });
+  thread_ = std::thread([this] { work(); });
   thread.arm(0, [this] { stop_thread(); });
 }
 
@@ -105,77 +117,209 @@ std::optional<VetReport> Vetter::known(const VetRequest& q) const {
   if (id.empty()) return std::nullopt;
   std::lock_guard lock(mu_);
   auto it = verdicts_.find(key(q, id));
-  if (it == verdicts_.end() || !it->second.done) return std::nullopt;
+  if (it == verdicts_.end() || it->second.phase != Phase::done) return std::nullopt;
   return it->second.report;
 }
 
-VetReport Vetter::vet(const VetRequest& q) { return vet_impl(q, false); }
+VetReport Vetter::vet(const VetRequest& q) { return wait_for(q, false); }
 
-VetReport Vetter::vet_impl(const VetRequest& q, bool background) {
+VetReport Vetter::vet_to_load(const VetRequest& q) { return wait_for(q, true); }
+
+void Vetter::enqueue_locked(const std::string& k, const VetRequest& q, bool urgent) {
+  auto [it, fresh] = verdicts_.try_emplace(k);
+  Verdict& v = it->second;
+  if (!fresh && v.phase != Phase::failed) {
+    // Waiting in the background queue: a caller moves it ahead.
+    if (urgent && v.phase == Phase::queued) urgent_.push_back(k);
+    cv_.notify_all();
+    return;
+  }
+  // A run that could not give a verdict is tried again.
+  if (!fresh) ++v.attempt;
+  v.phase = Phase::queued;
+  v.request = q;
+  v.report = {};
+  v.error = nullptr;
+  (urgent ? urgent_ : background_).push_back(k);
+  cv_.notify_all();
+}
+
+VetReport Vetter::wait_for(const VetRequest& q, bool to_load) {
   // Missing, a folder, not GGUF: said plainly, and never cached, since the
   // file may appear.
   check_model_file(q.path);
   const std::string k = key(q, file_identity(q.path));
   std::unique_lock lock(mu_);
-  if (!background) ++waiting_requests_;
+  if (auto it = verdicts_.find(k); it != verdicts_.end() && it->second.phase == Phase::done) {
+    ++counts_.cached;
+    return verdict_or_throw(it->second.report);
+  }
+  enqueue_locked(k, q, true);
+  int attempt = verdicts_[k].attempt;
   for (;;) {
-    if (stopping_) {
-      if (!background) --waiting_requests_;
-      throw Error("vetting of '" + q.path + "' stopped: the vetter is shutting down");
-    }
-    Verdict& v = verdicts_[k];
-    if (v.done) {
-      if (!background) --waiting_requests_;
-      ++counts_.cached;
-      return verdict_or_throw(v.report);
-    }
-    // A request goes before the background queue.
-    const bool my_turn = background ? waiting_requests_ == 0 : true;
-    if (!v.running && !child_running_ && my_turn) break;
+    if (stopping_) throw Error("vetting of '" + q.path + "' stopped: the vetter is shutting down");
+    const Verdict& v = verdicts_[k];
+    if (v.phase == Phase::done) return verdict_or_throw(v.report);
+    if (v.phase == Phase::loadable && to_load) return v.report;
+    if (v.phase == Phase::failed && v.attempt == attempt) std::rethrow_exception(v.error);
+    attempt = v.attempt;  // another caller's new run, after ours failed
     cv_.wait(lock);
   }
-  if (!background) --waiting_requests_;
-  verdicts_[k].running = true;
-  child_running_ = true;
-  lock.unlock();
-  VetReport r;
-  std::exception_ptr failure;
-  try {
-    r = run_child_for(q);
-  } catch (...) {
-    failure = std::current_exception();
-  }
-  lock.lock();
-  child_running_ = false;
-  ++counts_.children;
-  counts_.last_ms = r.ms;
-  if (failure) {
-    verdicts_.erase(k);
-    cv_.notify_all();
-    std::rethrow_exception(failure);
-  }
-  Verdict& v = verdicts_[k];
-  v.running = false;
-  v.done = true;
-  v.report = r;
-  // The verdict stays while the process lives; the template's text (up to
-  // megabytes in a hostile file) is the model's to read when it loads.
-  std::string().swap(v.report.info.chat_template);
-  if (!r.ok) ++counts_.refused;
-  cv_.notify_all();
-  lock.unlock();
-  if (options_.log || log_topic_enabled("models")) {
-    if (r.ok) {
-      std::fprintf(stderr, "reclaim: vetted '%s' in %.0f ms\n", q.path.c_str(), r.ms);
-    } else {
-      std::fprintf(stderr, "reclaim: refused '%s': %s\n", q.path.c_str(), r.error.c_str());
-    }
-  }
-  return verdict_or_throw(r);
 }
 
-VetReport Vetter::run_child_for(const VetRequest& q) {
+void Vetter::vet_in_background(std::vector<VetRequest> requests) {
+  for (const VetRequest& q : requests) {
+    try {
+      check_model_file(q.path);
+    } catch (const std::exception&) {
+      continue;  // said to whoever asks for it
+    }
+    const std::string k = key(q, file_identity(q.path));
+    std::lock_guard lock(mu_);
+    enqueue_locked(k, q, false);
+  }
+}
+
+void Vetter::work() {
+  std::unique_lock lock(mu_);
+  while (!stopping_) {
+    // The next key still queued: a caller's first, then the background's.
+    std::string k;
+    for (std::deque<std::string>* queue : {&urgent_, &background_}) {
+      while (k.empty() && !queue->empty()) {
+        std::string next = std::move(queue->front());
+        queue->pop_front();
+        if (auto it = verdicts_.find(next); it != verdicts_.end() && it->second.phase == Phase::queued) k = std::move(next);
+      }
+    }
+    if (k.empty()) {
+      cv_.wait(lock);
+      continue;
+    }
+    Verdict& v = verdicts_[k];
+    v.phase = Phase::running;
+    const VetRequest q = v.request;
+    busy_ = true;
+    lock.unlock();
+    VetReport r;
+    std::exception_ptr failure;
+    try {
+      r = run_children(k, q);
+    } catch (...) {
+      failure = std::current_exception();
+    }
+    lock.lock();
+    busy_ = false;
+    ++counts_.children;
+    Verdict& ended = verdicts_[k];
+    if (failure) {
+      ended.phase = Phase::failed;
+      ended.error = failure;
+      cv_.notify_all();
+      continue;
+    }
+    counts_.last_ms = r.ms;
+    ended.phase = Phase::done;
+    ended.report = r;
+    // The verdict stays while the process lives; the template's text (up to
+    // megabytes in a hostile file) is the model's to read when it loads.
+    std::string().swap(ended.report.info.chat_template);
+    if (!r.ok) ++counts_.refused;
+    cv_.notify_all();
+    if (options_.log || log_topic_enabled("models")) {
+      lock.unlock();
+      if (r.ok) {
+        std::fprintf(stderr, "reclaim: vetted '%s' in %.0f ms\n", q.path.c_str(), r.ms);
+      } else {
+        std::fprintf(stderr, "reclaim: refused '%s': %s\n", q.path.c_str(), r.error.c_str());
+      }
+      lock.lock();
+    }
+  }
+}
+
+void Vetter::publish_loadable(const std::string& k, const VetReport& estimate) {
+  std::lock_guard lock(mu_);
+  Verdict& v = verdicts_[k];
+  if (v.phase != Phase::running) return;
+  v.phase = Phase::loadable;
+  v.report = estimate;
+  cv_.notify_all();
+}
+
+VetReport Vetter::run_children(const std::string& k, const VetRequest& q) {
+  // The two parts at once, each in its own child: with two cores, a first
+  // load waits for the longer part and not for the sum, and from the
+  // decode part's real load on, the caller's own load runs beside its
+  // decode (bench/vet).
+  const auto t0 = std::chrono::steady_clock::now();
+  VetRequest estimate_q = q, decode_q = q;
+  estimate_q.part = VetPart::estimate;
+  decode_q.part = VetPart::decode;
+  // The file is loadable once the estimate is made and the decode part has
+  // loaded it; whichever comes second says so.
+  std::mutex parts_mu;
+  std::optional<VetReport> estimated;
+  bool loaded = false;
+  auto part_done = [&](bool estimate_now, bool loaded_now) {
+    std::lock_guard lock(parts_mu);
+    if (loaded_now) loaded = true;
+    if ((estimate_now || loaded_now) && loaded && estimated && estimated->ok) publish_loadable(k, *estimated);
+  };
+  std::exception_ptr estimate_failure;
+  std::thread estimating;
+  // On the ledger while it runs. It is joined here before this returns,
+  // however it ends (its child dies of the stop pipe on shutdown), so the
+  // entry's release has nothing left to do, as a child's entry has not.
+  const CleanupId thread = scope_.add(Kind::thread, "vetting thread: estimate of " + q.path, 0, [] {});
+  Defer join([&] {
+    if (estimating.joinable()) estimating.join();
+    scope_.release(thread);
+  });
+  estimating = std::thread([&] {
+    try {
+      VetReport r = run_part(estimate_q, nullptr);
+      {
+        std::lock_guard lock(parts_mu);
+        estimated = std::move(r);
+      }
+      part_done(true, false);
+    } catch (...) {
+      estimate_failure = std::current_exception();
+    }
+  });
+  std::optional<VetReport> decoded;
+  std::exception_ptr decode_failure;
+  try {
+    decoded = run_part(decode_q, [&](const std::string& line) {
+      if (is_loaded_line(line)) part_done(false, true);
+    });
+  } catch (...) {
+    decode_failure = std::current_exception();
+  }
+  std::move(join).invoke();
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  // A refusal is the file's verdict even where the other part could not
+  // finish; the earlier stage's, where both refused.
+  const VetReport* refusal = nullptr;
+  for (const std::optional<VetReport>* r : {&estimated, &decoded}) {
+    if (*r && !(*r)->ok && (!refusal || stage_rank((*r)->stage) < stage_rank(refusal->stage))) refusal = &**r;
+  }
+  if (refusal) {
+    VetReport r = *refusal;
+    r.ms = ms;
+    return r;
+  }
+  if (estimate_failure) std::rethrow_exception(estimate_failure);
+  if (decode_failure) std::rethrow_exception(decode_failure);
+  VetReport r = *estimated;
+  r.ms = ms;
+  return r;
+}
+
+VetReport Vetter::run_part(const VetRequest& q, std::function<void(const std::string&)> on_line) {
   ChildOptions co;
+  co.on_line = std::move(on_line);
   co.argv = options_.program;
   co.argv.push_back(to_json(q).dump());
   co.timeout = options_.timeout;
@@ -219,43 +363,17 @@ VetReport Vetter::run_child_for(const VetRequest& q) {
   throw Error("the vetting process for '" + q.path + "' failed (" + c.how_it_ended() + "): " + tail_lines(c.err));
 }
 
-void Vetter::vet_in_background(std::vector<VetRequest> requests) {
-  std::lock_guard lock(mu_);
-  for (VetRequest& q : requests) queue_.push_back(std::move(q));
-  cv_.notify_all();
-}
-
-void Vetter::background() {
-  std::unique_lock lock(mu_);
-  while (!stopping_) {
-    if (queue_.empty()) {
-      cv_.wait(lock);
-      continue;
-    }
-    VetRequest q = std::move(queue_.front());
-    queue_.pop_front();
-    background_busy_ = true;
-    lock.unlock();
-    try {
-      (void)vet_impl(q, true);
-    } catch (const std::exception&) {
-      // The verdict is cached (or, for a failure to run, not): the request
-      // that wants the model is told.
-    }
-    lock.lock();
-    background_busy_ = false;
-    cv_.notify_all();
-  }
-}
-
 bool Vetter::wait_idle(std::chrono::milliseconds timeout) const {
   std::unique_lock lock(mu_);
-  return cv_.wait_for(lock, timeout, [&] { return queue_.empty() && !background_busy_; });
+  return cv_.wait_for(lock, timeout, [&] { return urgent_.empty() && background_.empty() && !busy_; });
 }
 
 VetterCounts Vetter::counts() const {
   std::lock_guard lock(mu_);
-  return counts_;
+  VetterCounts c = counts_;
+  c.running = busy_;
+  for (const auto& [k, v] : verdicts_) c.queued += v.phase == Phase::queued;
+  return c;
 }
 
 }  // namespace reclaim

@@ -83,6 +83,18 @@ json residue_verdict(const json& models, const LedgerTotals& total, const Baseli
           {"checks", checks}};
 }
 
+namespace {
+
+// null when files are trusted (--trust-models).
+json vetting_json(const Vetter* vetter) {
+  if (!vetter) return nullptr;
+  const VetterCounts c = vetter->counts();
+  return {{"running", c.running}, {"queued", c.queued}, {"vetted", c.children}, {"refused", c.refused},
+          {"cached", c.cached}, {"last_ms", c.last_ms}};
+}
+
+}  // namespace
+
 json resources_json(const Registry& registry, const Baseline& base, int64_t connection_fds) {
   const Usage& baseline = base.usage;
   Ledger& ledger = Ledger::process();
@@ -137,7 +149,8 @@ json resources_json(const Registry& registry, const Baseline& base, int64_t conn
           {"accounted", registry.accounted()},
           {"memory_budget", registry.options().memory_budget},
           {"memory_budget_by_device", registry.options().memory_budget_at},
-          {"accounted_by_device", registry.accounted_by_place()}};
+          {"accounted_by_device", registry.accounted_by_place()},
+          {"vetting", vetting_json(registry.options().vetter.get())}};
 }
 
 }  // namespace reclaim::server

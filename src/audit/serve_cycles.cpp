@@ -17,6 +17,7 @@
 #include "engine/embed.h"
 #include "engine/runtime.h"
 #include "runtime/registry.h"
+#include "runtime/request_run.h"
 #include "server/worker_pool.h"
 
 namespace reclaim::audit {
@@ -57,29 +58,32 @@ struct Outcome {
   double prompt_ms = 0;
 };
 
-// One request as the server runs it (server/completion.cpp).
-Outcome serve_one(Registry& registry, const CycleOptions& o, const ServeRequest& plan, double prompt_ms) {
+// One request in the run the server's handlers use (runtime/request_run.h).
+// Its client is the plan's: one that vanishes leaves the line if it has to
+// wait, or else goes after its first text.
+Outcome serve_one(Registry& registry, RequestCounts& counts, const CycleOptions& o, const ServeRequest& plan,
+                  double prompt_ms) {
   Outcome out;
   const bool vanish = plan.end == RequestEnd::vanish;
-  Wait wait;
-  wait.still_wanted = [vanish] { return !vanish; };
-  Lease lease;
+  int generated = 0;  // tokens so far
+  bool holding = false;
+  RequestRun run(registry, counts, [&] { return !vanish || (holding && generated == 0); });
   try {
-    lease = registry.acquire(serve_model_name(plan.model), Millis(-2), wait);
+    run.hold(serve_model_name(plan.model), Millis(-2));
   } catch (const ClientGone&) {
     out.gone_waiting = true;
     return out;
   }
-  CancelToken cancel;
-  cancel.link(&lease.cancel_token());
+  holding = true;
   if (o.scenario == Scenario::serve_embed) {
-    const EmbedResult e = embed(lease.model(), {request_prompt(lease.model().vocab(), plan)}, &cancel);
+    const EmbedResult e = embed(run.model(), {request_prompt(run.model().vocab(), plan)}, &run.cancel(), [&run] { run.tick(); });
+    run.finish(e);
     if (e.vectors.size() != 1) throw Error("serve-embed: the request gave no vector");
     leak_on_purpose(o.test_leak, true);
     return out;
   }
+  CancelToken& cancel = run.cancel();
   GenerateHooks hooks;
-  int generated = 0;  // tokens so far
   if (plan.end == RequestEnd::cancel && plan.plan.in_prompt) {
     const auto delay = std::chrono::duration<double, std::milli>(prompt_ms * plan.plan.delay_fraction);
     cancel.set_deadline(CancelToken::Clock::now() + std::chrono::duration_cast<CancelToken::Clock::duration>(delay));
@@ -88,13 +92,11 @@ Outcome serve_one(Registry& registry, const CycleOptions& o, const ServeRequest&
     generated = n;
     if (plan.end == RequestEnd::cancel && !plan.plan.in_prompt && generated >= plan.plan.step) cancel.cancel();
   };
-  // The server's tick asks the socket; here the client leaves after its first text.
-  hooks.tick = [&] {
-    if (vanish && generated > 0) cancel.cancel(CancelReason::client_gone);
-  };
-  GenerateRequest req = greedy_request(o, lease.model().vocab());
-  req.prompt_tokens = request_prompt(lease.model().vocab(), plan);
-  GenerateResult r = lease.model().batcher()->generate(req, hooks, &cancel);
+  hooks.tick = [&run] { run.tick(); };
+  GenerateRequest req = greedy_request(o, run.model().vocab());
+  req.prompt_tokens = request_prompt(run.model().vocab(), plan);
+  GenerateResult r = run.model().batcher()->generate(req, hooks, &cancel);
+  run.finish(r);
   out.cancelled = r.finish == FinishReason::cancelled;
   out.in_prompt = out.cancelled && r.tokens.empty();
   out.prompt_ms = r.timings.prompt_ms;
@@ -105,16 +107,16 @@ Outcome serve_one(Registry& registry, const CycleOptions& o, const ServeRequest&
 // A wave's requests, arriving together on the server's worker threads.
 class Wave {
  public:
-  Wave(server::WorkerPool& pool, Registry& registry, const CycleOptions& o, const std::vector<ServeRequest>& plan,
-       double prompt_ms)
+  Wave(server::WorkerPool& pool, Registry& registry, RequestCounts& counts, const CycleOptions& o,
+       const std::vector<ServeRequest>& plan, double prompt_ms)
       : outcomes_(plan.size()) {
     left_ = plan.size();
     for (size_t i = 0; i < plan.size(); ++i) {
-      pool.enqueue([this, &registry, &o, &plan, i, prompt_ms] {
+      pool.enqueue([this, &registry, &counts, &o, &plan, i, prompt_ms] {
         Outcome out;
         std::exception_ptr error;
         try {
-          out = serve_one(registry, o, plan[i], prompt_ms);
+          out = serve_one(registry, counts, o, plan[i], prompt_ms);
         } catch (...) {
           error = std::current_exception();
         }
@@ -160,11 +162,11 @@ void wait_until_running(Registry& registry, size_t n, Millis bound) {
 }
 
 // One cycle of the plan; `rec` null: a cycle before the baseline.
-void run_cycle(Registry& registry, server::WorkerPool& pool, const CycleOptions& o, const ServeCycle& plan,
-               double& prompt_ms, Recorder* rec) {
+void run_cycle(Registry& registry, server::WorkerPool& pool, RequestCounts& counts, const CycleOptions& o,
+               const ServeCycle& plan, double& prompt_ms, Recorder* rec) {
   for (size_t w = 0; w < plan.waves.size(); ++w) {
     const bool unload_now = w + 1 == plan.waves.size() && plan.end != CycleEnd::unload;
-    Wave wave(pool, registry, o, plan.waves[w], prompt_ms);
+    Wave wave(pool, registry, counts, o, plan.waves[w], prompt_ms);
     if (unload_now) {
       wait_until_running(registry, plan.waves[w].size(), kUnloadTimeout);
       if (rec) rec->loaded();
@@ -211,20 +213,21 @@ SideResult run_reclaim_serve_cycles(const CycleOptions& o) {
   Registry registry(ro, {{"a", o.model}, {"b", o.model}});
   Scope http("http");
   server::WorkerPool pool(http, 4, 512);
+  RequestCounts counts;  // the server's, which /metrics reads
   Recorder rec(out);
   size_t most_waves = 0;
   for (int c = 0; c < o.cycles; ++c) most_waves = std::max(most_waves, plan_serve_cycle(o, c).waves.size());
   rec.reserve(o.cycles, static_cast<int>(most_waves));
   double prompt_ms = 20;  // until a request has measured it
   if (warm_device_first(out)) {
-    for (const ServeCycle& plan : serve_warmup_cycles(o)) run_cycle(registry, pool, o, plan, prompt_ms, nullptr);
+    for (const ServeCycle& plan : serve_warmup_cycles(o)) run_cycle(registry, pool, counts, o, plan, prompt_ms, nullptr);
   }
   const LedgerTotals at_start = Ledger::process().totals();
   rec.set_baseline(Usage::capture());
 
   for (int c = 0; c < o.cycles; ++c) {
     rec.begin_cycle(c);
-    run_cycle(registry, pool, o, plan_serve_cycle(o, c), prompt_ms, &rec);
+    run_cycle(registry, pool, counts, o, plan_serve_cycle(o, c), prompt_ms, &rec);
     for (const ModelStatus& m : registry.list()) {
       if (!m.last_error.empty()) out.errors.push_back(m.name + ": " + m.last_error);
     }

@@ -29,6 +29,7 @@
 #include "engine/generate.h"
 #include "engine/generation.h"
 #include "engine/grammar_limits.h"
+#include "runtime/request_run.h"
 #include "server/answer.h"
 #include "server/connections.h"
 #include "server/http_errors.h"
@@ -43,12 +44,12 @@ using nlohmann::json;
 namespace {
 
 // What a request needs while it runs; shared with the stream's provider so
-// that the lease lives until the last chunk is written.
+// that its run (and the lease) lives until the last chunk is written.
 struct Running {
+  std::shared_ptr<RequestRun> request;  // the lease, the cancel token, the outcome
   CompletionRequest req;
   bool chat = false;
   Millis keep_alive{-2};
-  Lease lease;
   std::string chat_template;  // the model's own setting, else --chat-template, else the file's
   ChatReader reader;          // a chat's reply, read by its template's format
   std::unique_ptr<Answer> answer;  // the reply in its API's shapes
@@ -69,26 +70,26 @@ void say_fallback_once(const std::string& model) {
 // model's defect (its file's, or the template its settings give it), as a
 // damaged tensor is: a 422. One stopped because its client left is
 // answered to nobody; one stopped by an unload is a 503, as a decode is.
-[[noreturn]] void template_failed(const Error& e, bool stopped) {
+[[noreturn]] void template_failed(const RequestRun& request, const Error& e, bool stopped) {
   if (!stopped) throw ApiException(ApiError{422, "invalid_request_error", "invalid_model_file", e.what(), 0});
-  if (Connections::client_gone()) throw ClientGone(e.what());
+  if (request.client_gone()) throw ClientGone(e.what());
   throw ApiException(ApiError{503, "server_error", "cancelled", "the request was cancelled: its model is being unloaded", 5});
 }
 
 void render_chat(Running& run, Model& model) {
   GenerateRequest& g = run.req.generate;
   TemplateBounds bounds;
-  const CancelToken& unload = run.lease.cancel_token();
-  bounds.stop = [&unload] { return unload.cancelled() || Connections::client_gone(); };
+  const RequestRun& request = *run.request;
+  bounds.stop = [&request] { return request.cancel().cancelled() || request.client_gone(); };
   std::unique_ptr<ChatTemplate> tmpl;
   try {
     tmpl = std::make_unique<ChatTemplate>(model, run.chat_template, bounds);
   } catch (const ChatError& e) {
-    template_failed(e, false);
+    template_failed(request, e, false);
   } catch (const TemplateOverBound& e) {
-    template_failed(e, false);
+    template_failed(request, e, false);
   } catch (const TemplateStopped& e) {
-    template_failed(e, true);
+    template_failed(request, e, true);
   }
   if (tmpl->uses_fallback()) say_fallback_once(run.req.model);
   run.req.chat_input.json_schema = run.req.json_schema;
@@ -98,9 +99,9 @@ void render_chat(Running& run, Model& model) {
   } catch (const ChatError& e) {
     bad_field(e.param(), e.what(), "invalid_chat");
   } catch (const TemplateOverBound& e) {
-    template_failed(e, false);
+    template_failed(request, e, false);
   } catch (const TemplateStopped& e) {
-    template_failed(e, true);
+    template_failed(request, e, true);
   }
   g.prompt = std::move(r.prompt);
   g.grammar = std::move(r.grammar);
@@ -145,7 +146,7 @@ void constrain(Running& run, Model& model) {
 // the context as the engine would (BadPrompt and ContextOverflow are 400s).
 void prepare(Running& run) {
   GenerateRequest& g = run.req.generate;
-  Model& model = run.lease.model();
+  Model& model = run.request->model();
   // Its replies would be empty, and llama.cpp asserts on any text it is given.
   if (!has_tokenizer(model.vocab())) {
     throw NoTokenizer("model '" + run.req.model + "' has no tokenizer (llama.cpp's no_vocab): it reads and writes token ids "
@@ -168,22 +169,12 @@ void prepare(Running& run) {
   g.prompt_tokens = prompt_tokens(model.vocab(), g, model.batcher()->n_ctx_seq());
 }
 
-// On the model's batch: the registry starts one with every load.
-GenerateResult run_generation(Running& run, const GenerateHooks& hooks, const CancelToken& cancel) {
-  return run.lease.model().batcher()->generate(run.req.generate, hooks, &cancel);
-}
-
-Wait waiting_for_client() {
-  Wait w;
-  w.still_wanted = [] { return !Connections::client_gone(); };
-  return w;
-}
-
-// The tick of a running request: its client's socket, between decode steps.
-std::function<void()> cancel_when_client_leaves(CancelToken& cancel) {
-  return [&cancel] {
-    if (Connections::client_gone()) cancel.cancel(CancelReason::client_gone);
-  };
+// On the model's batch (the registry starts one with every load), with the
+// run's tick and cancel token.
+GenerateResult run_generation(Running& run, GenerateHooks hooks) {
+  RequestRun& request = *run.request;
+  hooks.tick = [&request] { request.tick(); };
+  return request.model().batcher()->generate(run.req.generate, hooks, &request.cancel());
 }
 
 }  // namespace
@@ -198,16 +189,10 @@ ModelSettings Server::settings_of(const std::string& model) {
   return registry_.settings(model);
 }
 
-void Server::count_tokens(const GenerateResult& r) {
-  stats_.prompt_tokens += static_cast<uint64_t>(r.timings.prompt_tokens);
-  stats_.cached_prompt_tokens += static_cast<uint64_t>(r.timings.cached_tokens);
-  stats_.completion_tokens += static_cast<uint64_t>(r.timings.generated_tokens);
-  if (r.timings.generated_tokens > 0) stats_.first_token_seconds.observe(r.timings.first_token_ms / 1000);
-  if (r.timings.generated_tokens > 1 && r.timings.generate_ms > 0) stats_.tokens_per_second.observe(r.timings.generate_per_second());
-}
-
-bool Server::complete(httplib::Response& res, const CompletionCall& call) {
+void Server::complete(httplib::Response& res, const CompletionCall& call, std::shared_ptr<RequestRun> request) {
   auto run = std::make_shared<Running>();
+  run->request = std::move(request);
+  RequestRun& req_run = *run->request;
   run->req = call.parse(json::object());
   // The model's own settings: its template, and the fields a request that
   // leaves them out gets (an unknown model is a 404 here, as it would be
@@ -227,29 +212,20 @@ bool Server::complete(httplib::Response& res, const CompletionCall& call) {
 
   if (!run->req.stream) {
     try {
-      run->lease = registry_.acquire(run->req.model, run->keep_alive, waiting_for_client());
+      req_run.hold(run->req.model, run->keep_alive);
     } catch (const ClientGone&) {
-      ++stats_.client_gone;
-      return false;  // nobody reads an answer
+      return;  // counted by the run; nobody reads an answer
     }
     prepare(*run);
     run->answer->held();
-    CancelToken cancel;
-    cancel.link(&run->lease.cancel_token());
-    GenerateHooks hooks;
-    hooks.tick = cancel_when_client_leaves(cancel);
-    const GenerateResult r = run_generation(*run, hooks, cancel);
-    count_tokens(r);
-    if (r.finish == FinishReason::cancelled && r.cancel_reason == CancelReason::client_gone) {
-      ++stats_.client_gone;
-      return false;
+    const GenerateResult r = run_generation(*run, {});
+    switch (req_run.finish(r)) {
+      case RunEnd::client_gone: return;
+      case RunEnd::cancelled:
+        run->answer->send_error(res, {503, "server_error", "cancelled", "the request was cancelled: its model is being unloaded", 5});
+        return;
+      default: break;
     }
-    if (r.finish == FinishReason::cancelled) {
-      ++stats_.cancelled;
-      run->answer->send_error(res, {503, "server_error", "cancelled", "the request was cancelled: its model is being unloaded", 5});
-      return false;
-    }
-    ++stats_.ok;
     json logprobs;
     std::optional<ChatReply> reply;
     if (run->chat) {
@@ -257,19 +233,16 @@ bool Server::complete(httplib::Response& res, const CompletionCall& call) {
       reply = run->reader.finish();
     }
     if (run->req.generate.logprobs >= 0) {
-      const llama_vocab* vocab = run->lease.model().vocab();
+      const llama_vocab* vocab = req_run.model().vocab();
       logprobs = run->chat ? chat_logprobs_json(vocab, r.logprobs) : completion_logprobs_json(vocab, r.logprobs);
     }
     res.set_content(run->answer->whole(r, reply ? &*reply : nullptr, logprobs), "application/json");
-    return false;
+    return;
   }
 
   // A model that is ready takes the request at once, and what is wrong with
   // it is a status; a refusal (a full line, an unknown model) is one too.
-  Wait now;
-  now.no_wait = true;
-  run->lease = registry_.acquire(run->req.model, run->keep_alive, now);
-  if (run->lease) {
+  if (req_run.hold_now(run->req.model, run->keep_alive)) {
     prepare(*run);
     run->answer->held();
   }
@@ -280,7 +253,7 @@ bool Server::complete(httplib::Response& res, const CompletionCall& call) {
       run->answer->stream_type(),
       [this, run](size_t, httplib::DataSink& sink) {
         Answer& answer = *run->answer;
-        CancelToken cancel;
+        RequestRun& request = *run->request;
         bool gone = false;
         auto write = [&](const std::string& data) {
           if (gone || data.empty()) return;
@@ -289,38 +262,36 @@ bool Server::complete(httplib::Response& res, const CompletionCall& call) {
           // still writes its end.)
           if (!sink.write(data.data(), data.size())) {
             gone = true;
-            cancel.cancel(CancelReason::client_gone);
+            request.client_left();
           }
         };
         auto fail = [&](const std::exception& ex) {
-          ++stats_.error;
+          request.fail();
           write(answer.stream_error(to_api_error(ex)));
           sink.done();
           return true;
         };
-        if (!run->lease) {
+        if (!request.held()) {
           auto last = std::chrono::steady_clock::now();
-          Wait w;
-          w.still_wanted = [&] {
+          auto keep_writing = [&] {
             const auto t = std::chrono::steady_clock::now();
             if (t - last >= options_.stream_keepalive) {
               last = t;
               write(answer.waiting());
             }
-            return !gone && !Connections::client_gone();
+            return true;
           };
           try {
-            run->lease = registry_.acquire(run->req.model, run->keep_alive, w);
+            request.hold(run->req.model, run->keep_alive, keep_writing);
             prepare(*run);
             answer.held();
           } catch (const ClientGone&) {
-            ++stats_.client_gone;
+            request.client_left();
             return false;
           } catch (const std::exception& ex) {
             return fail(ex);
           }
         }
-        cancel.link(&run->lease.cancel_token());
         GenerateHooks hooks;
         // Logprobs ride with the next chunk that carries text: a chat's
         // parser may hold text back a while.
@@ -328,7 +299,7 @@ bool Server::complete(httplib::Response& res, const CompletionCall& call) {
         size_t text_offset = 0;
         auto take_logprobs = [&]() -> json {
           if (run->req.generate.logprobs < 0) return nullptr;
-          const llama_vocab* vocab = run->lease.model().vocab();
+          const llama_vocab* vocab = request.model().vocab();
           json j = run->chat ? chat_logprobs_json(vocab, pending) : completion_logprobs_json(vocab, pending, text_offset);
           for (const TokenLogprob& e : pending) text_offset += token_piece(vocab, e.token).size();
           pending.clear();
@@ -347,19 +318,13 @@ bool Server::complete(httplib::Response& res, const CompletionCall& call) {
             write(answer.text(text, take_logprobs()));
           }
         };
-        hooks.tick = cancel_when_client_leaves(cancel);
         GenerateResult r;
         try {
-          r = run_generation(*run, hooks, cancel);
+          r = run_generation(*run, std::move(hooks));
         } catch (const std::exception& ex) {
           return fail(ex);
         }
-        count_tokens(r);
-        if (r.finish == FinishReason::cancelled && r.cancel_reason == CancelReason::client_gone) {
-          ++stats_.client_gone;
-          return false;
-        }
-        ++(r.finish == FinishReason::cancelled ? stats_.cancelled : stats_.ok);
+        if (request.finish(r) == RunEnd::client_gone) return false;
         std::optional<ChatReply> reply;
         if (run->chat) {
           std::vector<ChatDelta> rest;
@@ -371,11 +336,7 @@ bool Server::complete(httplib::Response& res, const CompletionCall& call) {
         return true;
       },
       // The lease goes with the response, whether or not the stream ran.
-      [this, run](bool) mutable {
-        run->lease.release();
-        --stats_.in_flight;
-      });
-  return true;
+      [run](bool) { run->request->release(); });
 }
 
 }  // namespace reclaim::server

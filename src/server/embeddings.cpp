@@ -94,13 +94,11 @@ std::string base64_floats(const std::vector<float>& v) {
 
 }  // namespace
 
-EmbedResult Server::embed_input(const std::string& model_name, const json& input, std::optional<int64_t> keep_alive_ms,
-                                bool truncate) {
+EmbedResult Server::embed_input(RequestRun& run, const std::string& model_name, const json& input,
+                                std::optional<int64_t> keep_alive_ms, bool truncate) {
   settings_of(model_name);  // an unknown model is a 404 here, as at the lease
-  Wait w;
-  w.still_wanted = [] { return !Connections::client_gone(); };
-  Lease lease = registry_.acquire(model_name, keep_alive_ms ? Millis(*keep_alive_ms) : Millis(-2), w);
-  Model& model = lease.model();
+  run.hold(model_name, keep_alive_ms ? Millis(*keep_alive_ms) : Millis(-2));
+  Model& model = run.model();
   if (!has_tokenizer(model.vocab()) && input_has_text(input)) {
     bad_field("input", "model '" + model_name + "' has no tokenizer: give 'input' as token ids", "model_has_no_tokenizer");
   }
@@ -112,26 +110,18 @@ EmbedResult Server::embed_input(const std::string& model_name, const json& input
       if (t.size() > limit) t.resize(limit);
     }
   }
-  CancelToken cancel;
-  cancel.link(&lease.cancel_token());
-  EmbedResult r = embed(model, inputs, &cancel, [&cancel] {
-    if (Connections::client_gone()) cancel.cancel(CancelReason::client_gone);
-  });
-  if (r.cancelled && cancel.reason() == CancelReason::client_gone) {
-    ++stats_.client_gone;
-    throw ClientGone("the client left while its embeddings were computed");
+  EmbedResult r = embed(model, inputs, &run.cancel(), [&run] { run.tick(); });
+  switch (run.finish(r)) {
+    case RunEnd::client_gone: throw ClientGone("the client left while its embeddings were computed");
+    case RunEnd::cancelled:
+      throw ApiException(ApiError{503, "server_error", "cancelled", "the request was cancelled: its model is being unloaded", 5});
+    default: return r;
   }
-  if (r.cancelled) {
-    throw ApiException(ApiError{503, "server_error", "cancelled", "the request was cancelled: its model is being unloaded", 5});
-  }
-  stats_.prompt_tokens += static_cast<uint64_t>(r.prompt_tokens);
-  ++stats_.ok;
-  return r;
 }
 
-void Server::embeddings(const httplib::Request& http_req, httplib::Response& res) {
+void Server::embeddings(RequestRun& run, const httplib::Request& http_req, httplib::Response& res) {
   const EmbeddingsRequest req = parse_embeddings_request(http_req.body);
-  const EmbedResult r = embed_input(req.model, req.input, req.keep_alive_ms, false);
+  const EmbedResult r = embed_input(run, req.model, req.input, req.keep_alive_ms, false);
   json data = json::array();
   for (size_t i = 0; i < r.vectors.size(); ++i) {
     data.push_back({{"object", "embedding"},

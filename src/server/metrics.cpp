@@ -58,7 +58,7 @@ std::string label(const char* key, const std::string& value) { return std::strin
 
 }  // namespace
 
-std::string metrics_text(const Registry& registry, const Usage& baseline, const RequestStats& stats, const HttpStats& http) {
+std::string metrics_text(const Registry& registry, const Usage& baseline, const RequestCounts& stats, const HttpStats& http) {
   Writer w;
   const Usage now = Usage::capture();
   const Usage residue = now - baseline;

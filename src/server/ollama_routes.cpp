@@ -13,7 +13,8 @@ namespace reclaim::server {
 using nlohmann::json;
 using Steady = std::chrono::steady_clock;
 
-void Server::ollama_load(httplib::Response& res, const std::string& model, std::optional<int64_t> keep_alive_ms, bool chat) {
+void Server::ollama_load(RequestRun& run, httplib::Response& res, const std::string& model,
+                         std::optional<int64_t> keep_alive_ms, bool chat) {
   json j = {{"model", model}, {"created_at", ollama_time(std::chrono::system_clock::now())}};
   if (chat) {
     j["message"] = {{"role", "assistant"}, {"content", ""}};
@@ -28,12 +29,11 @@ void Server::ollama_load(httplib::Response& res, const std::string& model, std::
     j["done_reason"] = "unload";
   } else {
     (void)settings_of(model);  // a file added to --models-dir since
-    Wait w;
-    w.still_wanted = [] { return !Connections::client_gone(); };
-    // Held and let go at once: loaded, with this keep-alive from now.
-    Lease lease = registry_.acquire(model, keep_alive_ms ? Millis(*keep_alive_ms) : Millis(-2), w);
+    // Held and let go with the run: loaded, with this keep-alive from now.
+    run.hold(model, keep_alive_ms ? Millis(*keep_alive_ms) : Millis(-2));
     j["done_reason"] = "load";
   }
+  run.succeed();
   res.set_content(j.dump(), "application/json");
 }
 
@@ -68,24 +68,16 @@ void Server::ollama_routes() {
   auto completion = [this](OllamaEndpoint endpoint) {
     return [this, endpoint](const httplib::Request& req, httplib::Response& res) {
       Connections::answering();  // the request is whole: the read timeout no longer runs
-      ++stats_.in_flight;
-      bool streaming = false;
-      try {
+      in_run(res, send_ollama_error, [&](std::shared_ptr<RequestRun> run) {
         const OllamaRequest o = parse_ollama_request(req.body, endpoint);
         if (o.load_only) {
-          ollama_load(res, o.model, o.keep_alive_ms, endpoint == OllamaEndpoint::chat);
-        } else {
-          streaming = complete(res, {[&o](const json& defaults) { return ollama_completion_request(o, defaults); },
-                                     [endpoint](const CompletionRequest& r) { return ollama_answer(r, endpoint); }});
+          ollama_load(*run, res, o.model, o.keep_alive_ms, endpoint == OllamaEndpoint::chat);
+          return;
         }
-      } catch (const ClientGone&) {
-        ++stats_.client_gone;  // its template's render stopped when it left; nobody reads an answer
-      } catch (const std::exception& ex) {
-        ++stats_.error;
-        send_ollama_error(res, to_api_error(ex));
-      }
-      // A stream is counted out when its response is released.
-      if (!streaming) --stats_.in_flight;
+        complete(res, {[&o](const json& defaults) { return ollama_completion_request(o, defaults); },
+                       [endpoint](const CompletionRequest& r) { return ollama_answer(r, endpoint); }},
+                 std::move(run));
+      });
     };
   };
   s.Post("/api/chat", completion(OllamaEndpoint::chat));
@@ -93,24 +85,17 @@ void Server::ollama_routes() {
   auto embed = [this](bool legacy) {
     return [this, legacy](const httplib::Request& req, httplib::Response& res) {
       Connections::answering();  // the request is whole: the read timeout no longer runs
-      ++stats_.in_flight;
-      try {
+      in_run(res, send_ollama_error, [&](std::shared_ptr<RequestRun> run) {
         const Steady::time_point start = Steady::now();
         const OllamaEmbedRequest o = parse_ollama_embed_request(req.body, legacy);
-        const EmbedResult r = embed_input(o.model, o.input, o.keep_alive_ms, o.truncate);
+        const EmbedResult r = embed_input(*run, o.model, o.input, o.keep_alive_ms, o.truncate);
         const json j = legacy ? json{{"embedding", r.vectors.at(0)}}
                               : json{{"model", o.model},
                                      {"embeddings", r.vectors},
                                      {"total_duration", ollama_ns(Steady::now() - start)},
                                      {"prompt_eval_count", r.prompt_tokens}};
         res.set_content(j.dump(), "application/json");
-      } catch (const ClientGone&) {
-        // Counted where it was seen; nobody reads an answer.
-      } catch (const std::exception& ex) {
-        ++stats_.error;
-        send_ollama_error(res, to_api_error(ex));
-      }
-      --stats_.in_flight;
+      });
     };
   };
   s.Post("/api/embed", embed(false));

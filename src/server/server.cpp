@@ -148,6 +148,23 @@ void Server::set_baseline(Usage baseline) {
 
 void Server::stop() { http_->stop(); }
 
+std::shared_ptr<RequestRun> Server::start_run() {
+  return std::make_shared<RequestRun>(registry_, stats_, [] { return !Connections::client_gone(); });
+}
+
+void Server::in_run(httplib::Response& res, ErrorShape send,
+                    const std::function<void(std::shared_ptr<RequestRun>)>& fn) {
+  std::shared_ptr<RequestRun> run = start_run();
+  try {
+    fn(run);
+  } catch (const ClientGone&) {
+    run->client_left();  // its wait or its template's render stopped when it left; nobody reads an answer
+  } catch (const std::exception& ex) {
+    run->fail();
+    send(res, to_api_error(ex));
+  }
+}
+
 void Server::routes() {
   httplib::Server& s = *http_;
   s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
@@ -289,20 +306,12 @@ void Server::routes() {
   auto completion = [this](bool chat) {
     return [this, chat](const httplib::Request& req, httplib::Response& res) {
       Connections::answering();  // the request is whole: the read timeout no longer runs
-      ++stats_.in_flight;
-      bool streaming = false;
-      try {
+      in_run(res, send_error, [&](std::shared_ptr<RequestRun> run) {
         const std::string& body = req.body;
-        streaming = complete(res, {[&body, chat](const json& defaults) { return parse_completion_request(body, chat, defaults); },
-                                   openai_answer});
-      } catch (const ClientGone&) {
-        ++stats_.client_gone;  // its template's render stopped when it left; nobody reads an answer
-      } catch (const std::exception& ex) {
-        ++stats_.error;
-        send_error(res, to_api_error(ex));
-      }
-      // A stream is counted out when its response is released.
-      if (!streaming) --stats_.in_flight;
+        complete(res, {[&body, chat](const json& defaults) { return parse_completion_request(body, chat, defaults); },
+                       openai_answer},
+                 std::move(run));
+      });
     };
   };
   s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
@@ -316,16 +325,7 @@ void Server::routes() {
   });
   s.Post("/v1/embeddings", [this](const httplib::Request& req, httplib::Response& res) {
     Connections::answering();  // the request is whole: the read timeout no longer runs
-    ++stats_.in_flight;
-    try {
-      embeddings(req, res);
-    } catch (const ClientGone&) {
-      // Counted where it was seen; nobody reads an answer.
-    } catch (const std::exception& ex) {
-      ++stats_.error;
-      send_error(res, to_api_error(ex));
-    }
-    --stats_.in_flight;
+    in_run(res, send_error, [&](std::shared_ptr<RequestRun> run) { embeddings(*run, req, res); });
   });
   s.Post("/v1/completions", completion(false));
   s.Post("/v1/chat/completions", completion(true));

@@ -1,9 +1,10 @@
 // `reclaim serve`'s HTTP side: OpenAI-compatible endpoints over the model
 // Registry, with the ledger and the process figures on /v1/resources.
 //
-// Each request holds a Lease on its model for as long as it runs (for a
-// stream, until the last chunk is written or the client is gone) and decodes
-// in a Session of its own, whose scope releases everything when it ends.
+// Each request is a RequestRun (runtime/request_run.h): it holds a Lease on
+// its model for as long as it runs (for a stream, until the last chunk is
+// written or the client is gone) and decodes in a sequence of its model's
+// batch (engine/batcher.h), whose scope releases what it took when it ends.
 //
 // Threads: every connection gets one at once, up to max_connections
 // (server/worker_pool.h), so /health and the other control paths never wait
@@ -30,6 +31,7 @@
 #include "server/metrics.h"
 #include "server/worker_pool.h"
 #include "runtime/registry.h"
+#include "runtime/request_run.h"
 
 namespace httplib {
 class Server;
@@ -95,15 +97,22 @@ class Server {
     std::function<CompletionRequest(const nlohmann::json& defaults)> parse;
     std::function<std::unique_ptr<Answer>(const CompletionRequest&)> answer;
   };
-  // Returns true when the response is a stream, which ends later
-  // (server/completion.cpp). Throws what fails before the reply begins.
-  bool complete(httplib::Response& res, const CompletionCall& call);
+  // A request's run (runtime/request_run.h), its client this connection's.
+  std::shared_ptr<RequestRun> start_run();
+  // What an API's handler does in a run of its own: `fn(run)`; a client
+  // that left and an error are counted, and an error is answered by `send`
+  // in the API's shape. The run ends with the handler, or with its stream.
+  using ErrorShape = void (*)(httplib::Response&, const ApiError&);
+  void in_run(httplib::Response& res, ErrorShape send, const std::function<void(std::shared_ptr<RequestRun>)>& fn);
+  // A stream ends later and holds `run` until then (server/completion.cpp).
+  // Throws what fails before the reply begins.
+  void complete(httplib::Response& res, const CompletionCall& call, std::shared_ptr<RequestRun> run);
   // POST /v1/embeddings (server/embeddings.cpp).
-  void embeddings(const httplib::Request& req, httplib::Response& res);
+  void embeddings(RequestRun& run, const httplib::Request& req, httplib::Response& res);
   // The vectors of `input` (checked by check_embed_input) by `model`, on the
   // registry as a completion is; `truncate`: inputs longer than the model's
   // context are cut to it, not refused.
-  EmbedResult embed_input(const std::string& model, const nlohmann::json& input,
+  EmbedResult embed_input(RequestRun& run, const std::string& model, const nlohmann::json& input,
                           std::optional<int64_t> keep_alive_ms, bool truncate);
   // GET / and the dashboard's files (server/dashboard.cpp).
   void dashboard_routes();
@@ -111,8 +120,8 @@ class Server {
   void ollama_routes();
   // Ollama's /api/chat and /api/generate without messages or prompt: load
   // the model, or with keep_alive 0 unload it.
-  void ollama_load(httplib::Response& res, const std::string& model, std::optional<int64_t> keep_alive_ms, bool chat);
-  void count_tokens(const GenerateResult& r);
+  void ollama_load(RequestRun& run, httplib::Response& res, const std::string& model, std::optional<int64_t> keep_alive_ms,
+                   bool chat);
   // The model's own settings; an unknown name looks for new models first.
   ModelSettings settings_of(const std::string& model);
   HttpStats http_stats() const;
@@ -120,7 +129,7 @@ class Server {
   CorsPolicy cors_;
   Millis unload_timeout_;
   Registry& registry_;
-  RequestStats stats_;
+  RequestCounts stats_;
   std::mutex baseline_mu_;
   Baseline baseline_;
   Scope scope_{"http"};  // its threads' (before the members that own them)

@@ -447,7 +447,7 @@ TEST(Registry, AReconfigurationAddsChangesAndRemovesModels) {
     EXPECT_EQ(reg.status("alpha").aliases, std::vector<std::string>{"alpha"});
     Wait now;
     now.no_wait = true;
-    EXPECT_FALSE(reg.acquire("alpha", Millis(-2), now));
+    EXPECT_FALSE(reg.acquire("alpha", std::nullopt, now));
     by_alias = std::async(std::launch::async, [&] { return reg.acquire("alpha"); });
     ASSERT_TRUE([&] {
       for (int i = 0; i < 2000 && reg.status("a").queued == 0; ++i) std::this_thread::sleep_for(5ms);

@@ -66,7 +66,7 @@ TEST(Scheduling, AQueuedRequestNeverEvictsAModelServingOne) {
     auto queued = std::async(std::launch::async, [&] { return reg.acquire("b"); });
     ASSERT_TRUE(eventually([&] { return reg.status("b").queued == 1 && reg.status("a").draining; }));
     // a stops admitting: a new request for it waits behind b.
-    EXPECT_FALSE(reg.acquire("a", Millis(-2), Wait{.no_wait = true}));
+    EXPECT_FALSE(reg.acquire("a", std::nullopt, Wait{.no_wait = true}));
     EXPECT_EQ(reg.status("a").state, ModelState::loaded);
     EXPECT_FALSE(busy.cancel_token().cancelled()) << "the serving request was cancelled";
     EXPECT_EQ(queued.wait_for(200ms), std::future_status::timeout) << "b loaded while a was serving";
@@ -112,7 +112,7 @@ TEST(Scheduling, AClientThatLeavesWhileQueuedCostsNoModelItsPlace) {
   Wait w;
   w.still_wanted = [&] { return there.load(); };
   w.poll = 10ms;
-  auto queued = std::async(std::launch::async, [&] { return reg.acquire("b", Millis(-2), w); });
+  auto queued = std::async(std::launch::async, [&] { return reg.acquire("b", std::nullopt, w); });
   ASSERT_TRUE(eventually([&] { return reg.status("a").draining; }));
   there = false;
   EXPECT_THROW(queued.get(), ClientGone);
@@ -121,7 +121,7 @@ TEST(Scheduling, AClientThatLeavesWhileQueuedCostsNoModelItsPlace) {
   EXPECT_EQ(reg.scheduler().gone, 1u);
   EXPECT_EQ(reg.status("b").queued, 0);
   // a admits again at once, and stays when its request ends.
-  Lease again = reg.acquire("a", Millis(-2), Wait{.no_wait = true});
+  Lease again = reg.acquire("a", std::nullopt, Wait{.no_wait = true});
   EXPECT_TRUE(again);
   again.release();
   busy.release();
@@ -232,7 +232,7 @@ TEST(Scheduling, ABusyModelKeepsItsTurnForMinServeAfterItsLoad) {
   auto queued = std::async(std::launch::async, [&] { return reg.acquire("b"); });
   ASSERT_TRUE(eventually([&] { return reg.status("b").line_position == 1; }));
   // Within its turn a still takes new requests, though b waits.
-  Lease more = reg.acquire("a", Millis(-2), Wait{.no_wait = true});
+  Lease more = reg.acquire("a", std::nullopt, Wait{.no_wait = true});
   const bool in_turn = std::chrono::steady_clock::now() < loaded + 400ms;
   if (in_turn) EXPECT_TRUE(more) << "a stopped admitting inside its turn";
   more.release();

@@ -59,7 +59,7 @@ TEST(ServeScheduling, ARequestForASecondModelWaitsForTheBusyOneThenSwaps) {
   auto waiting = post_async(s.port(), "/v1/completions", spm_completion(4));
   RawClient stream(s.port());
   ASSERT_TRUE(stream.post("/v1/completions", spm_completion(4, true).dump()));
-  ASSERT_TRUE(s.until([&] { return s.model("spm")["waiting"] == 2 && s.model("bpe")["draining"] == true; }));
+  ASSERT_TRUE(s.until([&] { return s.model("spm")["queued"] == 2 && s.model("bpe")["draining"] == true; }));
   EXPECT_EQ(s.model("spm")["line_position"], 1);
   // The waiting stream has its headers and keeps its connection alive.
   EXPECT_TRUE(stream.read_until(": waiting for model 'spm'", 30)) << stream.received();
@@ -90,7 +90,7 @@ TEST(ServeScheduling, ARequestForASecondModelWaitsForTheBusyOneThenSwaps) {
 
 TEST(ServeScheduling, ControlAnswersAtOnceAndCompletionsPastTheQueueAre429AtOnce) {
   // One running and twelve waiting: more than the nine threads that used to
-  // serve everything (issue 13: /health took 26.8 s behind 40 streams).
+  // serve everything (/health then took 26.8 s behind 40 streams).
   Served s({"--threads", "1", "--ctx", "4096", "--parallel", "1", "--max-queue", "12"});
   // The running one is long (it is cancelled below); the waiting ones are
   // short, so that the test does not wait for thirteen long answers.
@@ -100,7 +100,7 @@ TEST(ServeScheduling, ControlAnswersAtOnceAndCompletionsPastTheQueueAre429AtOnce
   for (int i = 0; i < 12; ++i) streams.push_back(post_async(s.port(), "/v1/chat/completions", chat(4, true)));
   ASSERT_TRUE(s.until([&] {
     const json m = s.model("bpe");
-    return m["in_flight"] == 1 && m["waiting"] == 12;
+    return m["in_flight"] == 1 && m["queued"] == 12;
   }));
   for (const char* path : {"/health", "/metrics", "/v1/models", "/v1/resources"}) {
     httplib::Client c("127.0.0.1", s.port());
@@ -155,19 +155,19 @@ TEST(ServeScheduling, AClientThatLeavesIsNoticedRunningOrWaitingStreamedOrNot) {
   {
     RawClient c(s.port());
     ASSERT_TRUE(c.post("/v1/chat/completions", chat(4).dump()));
-    ASSERT_TRUE(s.until([&] { return s.model("bpe")["waiting"] == 1; }));
+    ASSERT_TRUE(s.until([&] { return s.model("bpe")["queued"] == 1; }));
     c.close();
-    ASSERT_TRUE(s.until([&] { return s.model("bpe")["waiting"] == 0; }, 10));
+    ASSERT_TRUE(s.until([&] { return s.model("bpe")["queued"] == 0; }, 10));
   }
   // Waiting for a swap, not streamed, then streamed: the busy model is
   // chosen to drain, and admits again once nobody waits for the other.
   for (bool stream : {false, true}) {
     RawClient c(s.port());
     ASSERT_TRUE(c.post("/v1/completions", spm_completion(4, stream).dump()));
-    ASSERT_TRUE(s.until([&] { return s.model("spm")["waiting"] == 1 && s.model("bpe")["draining"] == true; }));
+    ASSERT_TRUE(s.until([&] { return s.model("spm")["queued"] == 1 && s.model("bpe")["draining"] == true; }));
     if (stream) EXPECT_TRUE(c.read_until("HTTP/1.1 200", 10)) << c.received();
     c.close();
-    ASSERT_TRUE(s.until([&] { return s.model("spm")["waiting"] == 0 && s.model("bpe")["draining"] == false; }, 10));
+    ASSERT_TRUE(s.until([&] { return s.model("spm")["queued"] == 0 && s.model("bpe")["draining"] == false; }, 10));
   }
   EXPECT_EQ(metric(metrics(), "reclaim_queue_client_gone_total"), 3);
   EXPECT_EQ(metric(metrics(), gone_total), 4);

@@ -69,7 +69,7 @@ Outcome serve_one(Registry& registry, RequestCounts& counts, const CycleOptions&
   bool holding = false;
   RequestRun run(registry, counts, [&] { return !vanish || (holding && generated == 0); });
   try {
-    run.hold(serve_model_name(plan.model), Millis(-2));
+    run.hold(serve_model_name(plan.model), std::nullopt);
   } catch (const ClientGone&) {
     out.gone_waiting = true;
     return out;

@@ -1,5 +1,5 @@
-// core/arena.h on jemalloc (RECLAIM_ALLOCATOR=jemalloc), the variant that
-// issue 16 asked to measure against the hand-written arena: the build links
+// core/arena.h on jemalloc (RECLAIM_ALLOCATOR=jemalloc), the variant kept to
+// measure against the hand-written arena (scripts/bench-allocator): the build links
 // jemalloc, which takes malloc itself (so C malloc and aligned new inside
 // llama.cpp are routed too), and an ArenaWindow binds its thread to a
 // jemalloc arena of its own for the burst. No global operator new here:

@@ -123,7 +123,7 @@ const Registry::Entry& Registry::find_locked(const std::string& name) const {
   return const_cast<Registry*>(this)->find_locked(name);
 }
 
-Lease Registry::acquire(const std::string& name, Millis keep_alive, const Wait& wait) {
+Lease Registry::acquire(const std::string& name, std::optional<Millis> keep_alive, const Wait& wait) {
   check_name(name);
   std::unique_lock lock(mu_);
   Entry& e = find_locked(name);
@@ -420,7 +420,7 @@ void Registry::release_lease(Lease& l) noexcept {
   e.last_use = std::chrono::system_clock::now();
   e.last_use_steady = Steady::now();
   if (e.in_flight == 0) {
-    const Millis ka = l.keep_alive_.count() == -2 ? keep_alive_of(e) : l.keep_alive_;
+    const Millis ka = l.keep_alive_.value_or(keep_alive_of(e));
     e.expires = e.spec.pinned || ka.count() < 0 ? Steady::time_point::max() : Steady::now() + ka;
     reaper_cv_.notify_all();
   }

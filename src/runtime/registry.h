@@ -202,8 +202,9 @@ class Registry {
 
   // Throws BadModelName, UnknownModel, NotLoaded, NoRoom, QueueFull,
   // QueueTimeout, ClientGone, or the load's Error.
-  // `keep_alive`: this request's (Ollama's keep_alive field); -2: the registry's.
-  Lease acquire(const std::string& name, Millis keep_alive = Millis(-2), const Wait& wait = {});
+  // `keep_alive`: this request's own (Ollama's keep_alive field; negative:
+  // kept until unloaded); none: the model's, else the registry's.
+  Lease acquire(const std::string& name, std::optional<Millis> keep_alive = std::nullopt, const Wait& wait = {});
   // Loads without a request; `pin` keeps it from eviction and keep-alive.
   void load(const std::string& name, bool pin = false, const Wait& wait = {});
   // Pins or unpins without loading: a pinned model is never evicted nor
@@ -345,7 +346,7 @@ class Lease {
   Registry::Entry* entry_ = nullptr;
   Model* model_ = nullptr;
   std::unique_ptr<CancelToken> token_;
-  Millis keep_alive_{-2};  // -2: the registry's
+  std::optional<Millis> keep_alive_;  // the request's own; none: the model's
 };
 
 }  // namespace reclaim

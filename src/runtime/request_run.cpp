@@ -9,7 +9,8 @@ RequestRun::RequestRun(Registry& registry, RequestCounts& counts, std::function<
 
 RequestRun::~RequestRun() { release(); }
 
-void RequestRun::hold(const std::string& model, Millis keep_alive, const std::function<bool()>& still_wanted) {
+void RequestRun::hold(const std::string& model, std::optional<Millis> keep_alive,
+                      const std::function<bool()>& still_wanted) {
   Wait w;
   w.still_wanted = [this, &still_wanted] { return !client_gone() && (!still_wanted || still_wanted()); };
   try {
@@ -21,7 +22,7 @@ void RequestRun::hold(const std::string& model, Millis keep_alive, const std::fu
   cancel_.link(&lease_.cancel_token());
 }
 
-bool RequestRun::hold_now(const std::string& model, Millis keep_alive) {
+bool RequestRun::hold_now(const std::string& model, std::optional<Millis> keep_alive) {
   Wait now;
   now.no_wait = true;
   lease_ = registry_.acquire(model, keep_alive, now);

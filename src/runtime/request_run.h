@@ -16,6 +16,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "core/cancel.h"
@@ -55,11 +56,12 @@ class RequestRun {
   // `still_wanted` (when given: a stream's keep-alive writes there) says so.
   // Throws ClientGone, counted, when the client leaves the line; and what
   // Registry::acquire throws. `keep_alive` is the request's own (Ollama's
-  // keep_alive), or -2 for the registry's.
-  void hold(const std::string& model, Millis keep_alive, const std::function<bool()>& still_wanted = nullptr);
+  // keep_alive), if it gave one.
+  void hold(const std::string& model, std::optional<Millis> keep_alive,
+            const std::function<bool()>& still_wanted = nullptr);
   // Takes `model` only if it is ready now; false where it would wait. Throws
   // where the line is full or the name unknown, as hold() does.
-  bool hold_now(const std::string& model, Millis keep_alive);
+  bool hold_now(const std::string& model, std::optional<Millis> keep_alive);
   bool held() const { return static_cast<bool>(lease_); }
   Model& model() { return lease_.model(); }
 

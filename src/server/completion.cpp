@@ -49,7 +49,7 @@ struct Running {
   std::shared_ptr<RequestRun> request;  // the lease, the cancel token, the outcome
   CompletionRequest req;
   bool chat = false;
-  Millis keep_alive{-2};
+  std::optional<Millis> keep_alive;  // the request's own
   std::string chat_template;  // the model's own setting, else --chat-template, else the file's
   ChatReader reader;          // a chat's reply, read by its template's format
   std::unique_ptr<Answer> answer;  // the reply in its API's shapes
@@ -202,7 +202,7 @@ void Server::complete(httplib::Response& res, const CompletionCall& call, std::s
   run->chat_template = settings.chat_template.value_or(options_.chat_template);
   run->chat = run->req.chat;
   run->req.generate.grammar_token_time = options_.grammar_token_time;
-  run->keep_alive = run->req.keep_alive_ms ? Millis(*run->req.keep_alive_ms) : Millis(-2);
+  run->keep_alive = requested_keep_alive(run->req.keep_alive_ms);
   run->answer = call.answer(run->req);
   try {
     validate(run->req.generate.sampling);

@@ -97,7 +97,7 @@ std::string base64_floats(const std::vector<float>& v) {
 EmbedResult Server::embed_input(RequestRun& run, const std::string& model_name, const json& input,
                                 std::optional<int64_t> keep_alive_ms, bool truncate) {
   settings_of(model_name);  // an unknown model is a 404 here, as at the lease
-  run.hold(model_name, keep_alive_ms ? Millis(*keep_alive_ms) : Millis(-2));
+  run.hold(model_name, requested_keep_alive(keep_alive_ms));
   Model& model = run.model();
   if (!has_tokenizer(model.vocab()) && input_has_text(input)) {
     bad_field("input", "model '" + model_name + "' has no tokenizer: give 'input' as token ids", "model_has_no_tokenizer");

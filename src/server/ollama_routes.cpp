@@ -30,7 +30,7 @@ void Server::ollama_load(RequestRun& run, httplib::Response& res, const std::str
   } else {
     (void)settings_of(model);  // a file added to --models-dir since
     // Held and let go with the run: loaded, with this keep-alive from now.
-    run.hold(model, keep_alive_ms ? Millis(*keep_alive_ms) : Millis(-2));
+    run.hold(model, requested_keep_alive(keep_alive_ms));
     j["done_reason"] = "load";
   }
   run.succeed();

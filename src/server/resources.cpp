@@ -20,7 +20,6 @@ json model_json(const ModelStatus& s) {
             {"pinned", s.pinned},
             {"in_flight", s.in_flight},
             {"queued", s.queued},
-            {"waiting", s.queued},
             {"draining", s.draining},
             {"line_position", s.line_position},
             {"bytes", s.loaded_bytes},

@@ -140,6 +140,12 @@ class Server {
   std::unique_ptr<httplib::Server> http_;
 };
 
+// A request's keep_alive in milliseconds, as the registry takes it.
+inline std::optional<Millis> requested_keep_alive(std::optional<int64_t> ms) {
+  if (!ms) return std::nullopt;
+  return Millis(*ms);
+}
+
 // Constant-time comparison, for API keys.
 bool same_secret(const std::string& a, const std::string& b);
 // Whether an Authorization header carries `key`: "Bearer KEY", or a

@@ -4,7 +4,8 @@
 // httplib gives each connection one thread for its whole life, and a
 // completion holds its thread while it waits for a model and while it
 // streams. A fixed pool full of completions left /health waiting behind them
-// (issue 13: 26.8 s with 40 streams on 9 threads). Here a connection finds a
+// (26.8 s behind 40 streams on 9 threads; ServeScheduling.ControlAnswersAt-
+// OnceAndCompletionsPastTheQueueAre429AtOnce checks it). Here a connection finds a
 // thread at once while fewer than `max` are open; the registry bounds how
 // many completions may wait (429 past --parallel + --max-queue), so the cap
 // is only reached by a flood of connections.

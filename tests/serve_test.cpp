@@ -112,12 +112,11 @@ TEST(Serve, EveryThreadOfTheServerIsOnTheLedgerUnderItsOwner) {
   // Idle: the accept loop, the HTTP threads that stay, the watchdog and the
   // dashboard's history sampler, the reaper, the vetter, once the vetting
   // start-up began (a thread and two children while it runs) has ended.
-  json r;
-  ASSERT_TRUE(s.until([&] {
-    r = s.get("/v1/resources");
-    return r["vetting"]["queued"] == 0 && r["vetting"]["running"] == false;
-  }, 60)) << r["vetting"].dump();
-  EXPECT_GE(r["vetting"]["vetted"].get<int>(), 1) << r["vetting"].dump();
+  ASSERT_TRUE(s.logged("vetted '" + spm() + "'"));
+  ASSERT_TRUE(s.logged("vetted '" + bpe() + "'"));
+  json r = s.get("/v1/resources");
+  EXPECT_EQ(r["vetting"]["vetted"], 2) << r["vetting"].dump();
+  EXPECT_EQ(r["vetting"]["running"], false) << r["vetting"].dump();
   auto [idle, idle_all] = threads_on_ledger(r);
   EXPECT_EQ(idle["serve"], 1) << r["ledger"].dump();
   EXPECT_EQ(idle["http"], 4 + 1 + 1) << r["ledger"].dump();  // and the read-timeout watchdog, the sampler

@@ -339,4 +339,18 @@ void Server::complete(httplib::Response& res, const CompletionCall& call, std::s
       [run](bool) { run->request->release(); });
 }
 
+void Server::completions(const httplib::Request& req, httplib::Response& res) {
+  in_run(res, send_error, [&](std::shared_ptr<RequestRun> run) {
+    complete(res, {[&req](const json& defaults) { return parse_completion_request(req.body, false, defaults); }, openai_answer},
+             std::move(run));
+  });
+}
+
+void Server::chat_completions(const httplib::Request& req, httplib::Response& res) {
+  in_run(res, send_error, [&](std::shared_ptr<RequestRun> run) {
+    complete(res, {[&req](const json& defaults) { return parse_completion_request(req.body, true, defaults); }, openai_answer},
+             std::move(run));
+  });
+}
+
 }  // namespace reclaim::server

@@ -35,27 +35,23 @@ const DashboardFile* find_file(const std::string& url) {
 
 }  // namespace
 
-void Server::dashboard_routes() {
-  httplib::Server& s = *http_;
-  // A browser gets the dashboard; a program probing that a server is there
-  // (Ollama's clients, curl) gets one line of text.
-  s.Get("/", [](const httplib::Request& req, httplib::Response& res) {
-    Connections::answering();  // the request is whole: the read timeout no longer runs
-    if (req.get_header_value("Accept").find("text/html") != std::string::npos) {
-      send_file(*find_file("/"), res);
-    } else {
-      res.set_content("reclaim is running", "text/plain");
-    }
-  });
-  s.Get("/dashboard/([A-Za-z0-9._-]+)", [](const httplib::Request& req, httplib::Response& res) {
-    Connections::answering();  // the request is whole: the read timeout no longer runs
-    const DashboardFile* f = find_file(req.path);
-    if (f == nullptr) {
-      send_error(res, {404, "invalid_request_error", "not_found", "the dashboard has no file " + std::string(req.matches[1]), 0});
-      return;
-    }
-    send_file(*f, res);
-  });
+// A browser gets the dashboard; a program probing that a server is there
+// (Ollama's clients, curl) gets one line of text.
+void Server::dashboard_index(const httplib::Request& req, httplib::Response& res) {
+  if (req.get_header_value("Accept").find("text/html") != std::string::npos) {
+    send_file(*find_file("/"), res);
+  } else {
+    res.set_content("reclaim is running", "text/plain");
+  }
+}
+
+void Server::dashboard_file(const httplib::Request& req, httplib::Response& res) {
+  const DashboardFile* f = find_file(req.path);
+  if (f == nullptr) {
+    send_error(res, {404, "invalid_request_error", "not_found", "the dashboard has no file " + std::string(req.matches[1]), 0});
+    return;
+  }
+  send_file(*f, res);
 }
 
 }  // namespace reclaim::server

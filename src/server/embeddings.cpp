@@ -10,6 +10,7 @@
 #include "server/connections.h"
 #include "server/json_fields.h"
 #include "server/openai.h"
+#include "server/http_errors.h"
 #include "server/server.h"
 
 namespace reclaim::server {
@@ -119,7 +120,11 @@ EmbedResult Server::embed_input(RequestRun& run, const std::string& model_name, 
   }
 }
 
-void Server::embeddings(RequestRun& run, const httplib::Request& http_req, httplib::Response& res) {
+void Server::embeddings(const httplib::Request& http_req, httplib::Response& res) {
+  in_run(res, send_error, [&](std::shared_ptr<RequestRun> run) { answer_embeddings(*run, http_req, res); });
+}
+
+void Server::answer_embeddings(RequestRun& run, const httplib::Request& http_req, httplib::Response& res) {
   const EmbeddingsRequest req = parse_embeddings_request(http_req.body);
   const EmbedResult r = embed_input(run, req.model, req.input, req.keep_alive_ms, false);
   json data = json::array();

@@ -37,69 +37,62 @@ void Server::ollama_load(RequestRun& run, httplib::Response& res, const std::str
   res.set_content(j.dump(), "application/json");
 }
 
-void Server::ollama_routes() {
-  httplib::Server& s = *http_;
-  // What runs in a handler, with Ollama's errors.
-  auto handled = [this](auto fn) {
-    return [this, fn](const httplib::Request& req, httplib::Response& res) {
-      Connections::answering();  // the request is whole: the read timeout no longer runs
-      try {
-        fn(req, res);
-      } catch (const std::exception& ex) {
-        send_ollama_error(res, to_api_error(ex));
-      }
-    };
-  };
-  s.Get("/api/version", handled([](const httplib::Request&, httplib::Response& res) {
-          res.set_content(json{{"version", kOllamaApiVersion}}.dump(), "application/json");
-        }));
-  s.Get("/api/tags", handled([this](const httplib::Request&, httplib::Response& res) {
-          res.set_content(ollama_tags(registry_).dump(), "application/json");
-        }));
-  s.Get("/api/ps", handled([this](const httplib::Request&, httplib::Response& res) {
-          res.set_content(ollama_ps(registry_).dump(), "application/json");
-        }));
-  s.Post("/api/show", handled([this](const httplib::Request& req, httplib::Response& res) {
-           const std::string model = ollama_model(parse_object(req.body));
-           const ModelSettings settings = settings_of(model);
-           res.set_content(ollama_show(registry_, model, settings.chat_template.value_or(options_.chat_template)).dump(),
-                           "application/json");
-         }));
-  auto completion = [this](OllamaEndpoint endpoint) {
-    return [this, endpoint](const httplib::Request& req, httplib::Response& res) {
-      Connections::answering();  // the request is whole: the read timeout no longer runs
-      in_run(res, send_ollama_error, [&](std::shared_ptr<RequestRun> run) {
-        const OllamaRequest o = parse_ollama_request(req.body, endpoint);
-        if (o.load_only) {
-          ollama_load(*run, res, o.model, o.keep_alive_ms, endpoint == OllamaEndpoint::chat);
-          return;
-        }
-        complete(res, {[&o](const json& defaults) { return ollama_completion_request(o, defaults); },
-                       [endpoint](const CompletionRequest& r) { return ollama_answer(r, endpoint); }},
-                 std::move(run));
-      });
-    };
-  };
-  s.Post("/api/chat", completion(OllamaEndpoint::chat));
-  s.Post("/api/generate", completion(OllamaEndpoint::generate));
-  auto embed = [this](bool legacy) {
-    return [this, legacy](const httplib::Request& req, httplib::Response& res) {
-      Connections::answering();  // the request is whole: the read timeout no longer runs
-      in_run(res, send_ollama_error, [&](std::shared_ptr<RequestRun> run) {
-        const Steady::time_point start = Steady::now();
-        const OllamaEmbedRequest o = parse_ollama_embed_request(req.body, legacy);
-        const EmbedResult r = embed_input(*run, o.model, o.input, o.keep_alive_ms, o.truncate);
-        const json j = legacy ? json{{"embedding", r.vectors.at(0)}}
-                              : json{{"model", o.model},
-                                     {"embeddings", r.vectors},
-                                     {"total_duration", ollama_ns(Steady::now() - start)},
-                                     {"prompt_eval_count", r.prompt_tokens}};
-        res.set_content(j.dump(), "application/json");
-      });
-    };
-  };
-  s.Post("/api/embed", embed(false));
-  s.Post("/api/embeddings", embed(true));
+void Server::ollama_version(const httplib::Request&, httplib::Response& res) {
+  res.set_content(json{{"version", kOllamaApiVersion}}.dump(), "application/json");
+}
+
+void Server::ollama_tags(const httplib::Request&, httplib::Response& res) {
+  res.set_content(reclaim::server::ollama_tags(registry_).dump(), "application/json");
+}
+
+void Server::ollama_ps(const httplib::Request&, httplib::Response& res) {
+  res.set_content(reclaim::server::ollama_ps(registry_).dump(), "application/json");
+}
+
+void Server::ollama_show(const httplib::Request& req, httplib::Response& res) {
+  const std::string model = ollama_model(parse_object(req.body));
+  const ModelSettings settings = settings_of(model);
+  res.set_content(reclaim::server::ollama_show(registry_, model, settings.chat_template.value_or(options_.chat_template)).dump(),
+                  "application/json");
+}
+
+void Server::ollama_chat(const httplib::Request& req, httplib::Response& res) {
+  ollama_completion(req, res, OllamaEndpoint::chat);
+}
+
+void Server::ollama_generate(const httplib::Request& req, httplib::Response& res) {
+  ollama_completion(req, res, OllamaEndpoint::generate);
+}
+
+void Server::ollama_completion(const httplib::Request& req, httplib::Response& res, OllamaEndpoint endpoint) {
+  in_run(res, send_ollama_error, [&](std::shared_ptr<RequestRun> run) {
+    const OllamaRequest o = parse_ollama_request(req.body, endpoint);
+    if (o.load_only) {
+      ollama_load(*run, res, o.model, o.keep_alive_ms, endpoint == OllamaEndpoint::chat);
+      return;
+    }
+    complete(res, {[&o](const json& defaults) { return ollama_completion_request(o, defaults); },
+                   [endpoint](const CompletionRequest& r) { return ollama_answer(r, endpoint); }},
+             std::move(run));
+  });
+}
+
+void Server::ollama_embed(const httplib::Request& req, httplib::Response& res) { ollama_embedding(req, res, false); }
+
+void Server::ollama_embeddings(const httplib::Request& req, httplib::Response& res) { ollama_embedding(req, res, true); }
+
+void Server::ollama_embedding(const httplib::Request& req, httplib::Response& res, bool legacy) {
+  in_run(res, send_ollama_error, [&](std::shared_ptr<RequestRun> run) {
+    const Steady::time_point start = Steady::now();
+    const OllamaEmbedRequest o = parse_ollama_embed_request(req.body, legacy);
+    const EmbedResult r = embed_input(*run, o.model, o.input, o.keep_alive_ms, o.truncate);
+    const json j = legacy ? json{{"embedding", r.vectors.at(0)}}
+                          : json{{"model", o.model},
+                                 {"embeddings", r.vectors},
+                                 {"total_duration", ollama_ns(Steady::now() - start)},
+                                 {"prompt_eval_count", r.prompt_tokens}};
+    res.set_content(j.dump(), "application/json");
+  });
 }
 
 }  // namespace reclaim::server

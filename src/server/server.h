@@ -27,6 +27,7 @@
 #include "server/connections.h"
 #include "server/cors.h"
 #include "server/history.h"
+#include "server/ollama.h"
 #include "server/resources.h"
 #include "server/metrics.h"
 #include "server/worker_pool.h"
@@ -88,8 +89,47 @@ class Server {
   void stop();
 
  private:
+  // The endpoints, each added with the same middleware (server/routes.cpp).
+  using ErrorShape = void (*)(httplib::Response&, const ApiError&);
+  using Handler = void (Server::*)(const httplib::Request&, httplib::Response&);
+  struct Route {
+    const char* method;  // "GET" or "POST"
+    const char* path;    // httplib's pattern
+    ErrorShape errors;   // the API's error shape
+    Handler handle;
+  };
+  static const std::vector<Route>& route_table();
   void routes();
+  void add_route(const Route& route);
   void shutdown_pool();
+
+  // Control and figures (server/control.cpp).
+  void health(const httplib::Request& req, httplib::Response& res);
+  void list_models(const httplib::Request& req, httplib::Response& res);
+  void show_model(const httplib::Request& req, httplib::Response& res);
+  void resources(const httplib::Request& req, httplib::Response& res);
+  void resources_history(const httplib::Request& req, httplib::Response& res);
+  void load_model(const httplib::Request& req, httplib::Response& res);
+  void pin_model(const httplib::Request& req, httplib::Response& res);
+  void unload_model(const httplib::Request& req, httplib::Response& res);
+  void metrics(const httplib::Request& req, httplib::Response& res);
+  // OpenAI's requests (server/completion.cpp, server/embeddings.cpp).
+  void completions(const httplib::Request& req, httplib::Response& res);
+  void chat_completions(const httplib::Request& req, httplib::Response& res);
+  void embeddings(const httplib::Request& req, httplib::Response& res);
+  // Ollama's (server/ollama_routes.cpp).
+  void ollama_version(const httplib::Request& req, httplib::Response& res);
+  void ollama_tags(const httplib::Request& req, httplib::Response& res);
+  void ollama_ps(const httplib::Request& req, httplib::Response& res);
+  void ollama_show(const httplib::Request& req, httplib::Response& res);
+  void ollama_chat(const httplib::Request& req, httplib::Response& res);
+  void ollama_generate(const httplib::Request& req, httplib::Response& res);
+  void ollama_embed(const httplib::Request& req, httplib::Response& res);
+  void ollama_embeddings(const httplib::Request& req, httplib::Response& res);
+  // GET / and the dashboard's files (server/dashboard.cpp).
+  void dashboard_index(const httplib::Request& req, httplib::Response& res);
+  void dashboard_file(const httplib::Request& req, httplib::Response& res);
+
   // A completion as one API reads it: `parse` reads the body, with the
   // model's default fields under what it leaves out; `answer` writes the
   // reply in the API's shapes (server/answer.h).
@@ -99,31 +139,29 @@ class Server {
   };
   // A request's run (runtime/request_run.h), its client this connection's.
   std::shared_ptr<RequestRun> start_run();
-  // What an API's handler does in a run of its own: `fn(run)`; a client
+  // What a request's handler does in a run of its own: `fn(run)`; a client
   // that left and an error are counted, and an error is answered by `send`
   // in the API's shape. The run ends with the handler, or with its stream.
-  using ErrorShape = void (*)(httplib::Response&, const ApiError&);
   void in_run(httplib::Response& res, ErrorShape send, const std::function<void(std::shared_ptr<RequestRun>)>& fn);
   // A stream ends later and holds `run` until then (server/completion.cpp).
   // Throws what fails before the reply begins.
   void complete(httplib::Response& res, const CompletionCall& call, std::shared_ptr<RequestRun> run);
-  // POST /v1/embeddings (server/embeddings.cpp).
-  void embeddings(RequestRun& run, const httplib::Request& req, httplib::Response& res);
+  // The answer to POST /v1/embeddings (server/embeddings.cpp).
+  void answer_embeddings(RequestRun& run, const httplib::Request& req, httplib::Response& res);
   // The vectors of `input` (checked by check_embed_input) by `model`, on the
   // registry as a completion is; `truncate`: inputs longer than the model's
   // context are cut to it, not refused.
   EmbedResult embed_input(RequestRun& run, const std::string& model, const nlohmann::json& input,
                           std::optional<int64_t> keep_alive_ms, bool truncate);
-  // GET / and the dashboard's files (server/dashboard.cpp).
-  void dashboard_routes();
-  // Ollama's API on the same port (server/ollama_routes.cpp).
-  void ollama_routes();
+  void ollama_completion(const httplib::Request& req, httplib::Response& res, OllamaEndpoint endpoint);
+  void ollama_embedding(const httplib::Request& req, httplib::Response& res, bool legacy);
   // Ollama's /api/chat and /api/generate without messages or prompt: load
   // the model, or with keep_alive 0 unload it.
   void ollama_load(RequestRun& run, httplib::Response& res, const std::string& model, std::optional<int64_t> keep_alive_ms,
                    bool chat);
   // The model's own settings; an unknown name looks for new models first.
   ModelSettings settings_of(const std::string& model);
+  Baseline baseline();
   HttpStats http_stats() const;
   ServerOptions options_;
   CorsPolicy cors_;

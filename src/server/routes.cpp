@@ -1,0 +1,165 @@
+// The server's endpoints in one table, each added with the same middleware:
+// before any handler, the header count, CORS and the API key (a pre-routing
+// handler); around each, the end of the read timeout and the error mapping
+// to the API's own shape; a request's run (runtime/request_run.h) counts it
+// in flight and by outcome. A new endpoint is a line of the table and a
+// member function.
+#include <httplib.h>
+
+#include "server/connections.h"
+#include "server/http_errors.h"
+#include "server/ollama.h"
+#include "server/server.h"
+
+namespace reclaim::server {
+
+namespace {
+
+// As many as httplib 0.54 (llama-server's) accepts.
+constexpr size_t kMaxHeaders = 100;
+
+}  // namespace
+
+std::shared_ptr<RequestRun> Server::start_run() {
+  return std::make_shared<RequestRun>(registry_, stats_, [] { return !Connections::client_gone(); });
+}
+
+void Server::in_run(httplib::Response& res, ErrorShape send,
+                    const std::function<void(std::shared_ptr<RequestRun>)>& fn) {
+  std::shared_ptr<RequestRun> run = start_run();
+  try {
+    fn(run);
+  } catch (const ClientGone&) {
+    run->client_left();  // its wait or its template's render stopped when it left; nobody reads an answer
+  } catch (const std::exception& ex) {
+    run->fail();
+    send(res, to_api_error(ex));
+  }
+}
+
+const std::vector<Server::Route>& Server::route_table() {
+  static const std::vector<Route> table = {
+      // Control and figures (server/control.cpp).
+      {"GET", "/health", send_error, &Server::health},
+      {"GET", "/v1/models", send_error, &Server::list_models},
+      // OpenAI's models.retrieve. The id may hold '/' (a hub id), so the rest
+      // of the path is the id.
+      {"GET", "/v1/models/(.+)", send_error, &Server::show_model},
+      {"GET", "/v1/resources", send_error, &Server::resources},
+      // The dashboard's chart: ?since=T (seconds since the epoch).
+      {"GET", "/v1/resources/history", send_error, &Server::resources_history},
+      {"POST", "/v1/models/load", send_error, &Server::load_model},
+      // Pins or unpins without loading (the dashboard's button).
+      {"POST", "/v1/models/pin", send_error, &Server::pin_model},
+      {"POST", "/v1/models/unload", send_error, &Server::unload_model},
+      {"GET", "/metrics", send_error, &Server::metrics},
+      // OpenAI's requests (server/completion.cpp, server/embeddings.cpp).
+      {"POST", "/v1/completions", send_error, &Server::completions},
+      {"POST", "/v1/chat/completions", send_error, &Server::chat_completions},
+      {"POST", "/v1/embeddings", send_error, &Server::embeddings},
+      // Ollama's (server/ollama_routes.cpp), with its {"error": "..."}.
+      {"GET", "/api/version", send_ollama_error, &Server::ollama_version},
+      {"GET", "/api/tags", send_ollama_error, &Server::ollama_tags},
+      {"GET", "/api/ps", send_ollama_error, &Server::ollama_ps},
+      {"POST", "/api/show", send_ollama_error, &Server::ollama_show},
+      {"POST", "/api/chat", send_ollama_error, &Server::ollama_chat},
+      {"POST", "/api/generate", send_ollama_error, &Server::ollama_generate},
+      {"POST", "/api/embed", send_ollama_error, &Server::ollama_embed},
+      {"POST", "/api/embeddings", send_ollama_error, &Server::ollama_embeddings},
+      // The dashboard (server/dashboard.cpp).
+      {"GET", "/", send_error, &Server::dashboard_index},
+      {"GET", "/dashboard/([A-Za-z0-9._-]+)", send_error, &Server::dashboard_file},
+  };
+  return table;
+}
+
+void Server::add_route(const Route& r) {
+  auto handler = [this, r](const httplib::Request& req, httplib::Response& res) {
+    Connections::answering();  // the request is whole: the read timeout no longer runs
+    try {
+      (this->*r.handle)(req, res);
+    } catch (const std::exception& ex) {
+      r.errors(res, to_api_error(ex));
+    }
+  };
+  if (std::string_view(r.method) == "GET") {
+    http_->Get(r.path, handler);
+  } else {
+    http_->Post(r.path, handler);
+  }
+}
+
+void Server::routes() {
+  httplib::Server& s = *http_;
+  s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    // httplib 0.11 takes any number of header lines (8 KiB each). The read
+    // timeout bounds how long a flood may last; this refuses what came.
+    if (req.headers.size() > kMaxHeaders) {
+      send_error(res, {431, "invalid_request_error", "request_header_fields_too_large",
+                       "the request has " + std::to_string(req.headers.size()) + " header fields; at most " +
+                           std::to_string(kMaxHeaders) + " are accepted",
+                       0});
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    // CORS (server/cors.h): the page's origin, when a browser sends one.
+    const std::string origin = req.get_header_value("Origin");
+    const bool origin_ok = cors_.allows(origin, req.get_header_value("Host"));
+    if (!origin.empty() && origin_ok) {
+      res.set_header("Access-Control-Allow-Origin", origin);
+      res.set_header("Vary", "Origin");
+    }
+    if (req.method == "OPTIONS") {
+      // A preflight: browsers send it without the key. It grants nothing
+      // but the asking; the request that follows still needs the key.
+      if (!origin.empty() && origin_ok) {
+        res.set_header("Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
+        const std::string asked = req.get_header_value("Access-Control-Request-Headers");
+        res.set_header("Access-Control-Allow-Headers", asked.empty() ? "Authorization, Content-Type" : asked);
+        res.set_header("Access-Control-Max-Age", "600");
+      }
+      res.status = 204;
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    if (!origin_ok) {
+      // Quoted as printable ASCII: a header may hold any bytes, and JSON
+      // text must be UTF-8.
+      std::string shown = origin.substr(0, 200);
+      for (char& c : shown) {
+        if (c < 0x20 || c > 0x7e) c = '?';
+      }
+      send_error(res, {403, "invalid_request_error", "origin_not_allowed",
+                       "a page of '" + shown + "' may not call this server (allow it with --cors-origin)", 0});
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    if (options_.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
+    if (!key_in_authorization(req.get_header_value("Authorization"), options_.api_key)) {
+      // A browser asks for the key as a login's password (any user name).
+      res.set_header("WWW-Authenticate", "Basic realm=\"reclaim\", charset=\"UTF-8\"");
+      send_error(res, {401, "invalid_request_error", "invalid_api_key", "missing or wrong API key (Authorization: Bearer KEY)", 0});
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
+  s.set_error_handler([](const httplib::Request&, httplib::Response& res) {
+    // Only errors without a body of ours: unknown paths, and bodies over the limit.
+    if (!res.body.empty()) return;
+    if (res.status == 413) {
+      send_error(res, {413, "invalid_request_error", "request_too_large", "the request body is larger than the server accepts", 0});
+    } else if (res.status == 404) {
+      send_error(res, {404, "invalid_request_error", "not_found", "no such endpoint", 0});
+    }
+  });
+  s.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+    try {
+      std::rethrow_exception(ep);
+    } catch (const std::exception& ex) {
+      send_error(res, to_api_error(ex));
+    } catch (...) {
+      send_error(res, {500, "server_error", "", "unknown error", 0});
+    }
+  });
+
+  for (const Route& r : route_table()) add_route(r);
+}
+
+}  // namespace reclaim::server

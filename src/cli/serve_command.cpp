@@ -19,6 +19,7 @@
 #include "core/dir_watch.h"
 #include "core/heap.h"
 #include "core/ledger.h"
+#include "core/scoped_thread.h"
 #include "core/size.h"
 #include "engine/chat.h"
 #include "engine/devices.h"
@@ -243,16 +244,11 @@ void serve_until_stopped(RegistryOptions opts, ModelSources& sources, server::Se
   server::Server http(so, registry);
   const int port = http.bind();
   // The accept loop's thread, on the ledger. Whatever fails from here on,
-  // the scope's close stops the HTTP side before the thread is destroyed (a
-  // joinable std::thread would end the process).
-  std::thread server_thread;  // before the scope, which joins it, and so destroyed after it
+  // the scope's close stops the HTTP side and joins it, after what was
+  // armed later (the signals and the folder's watch).
+  ScopedThread accept_loop;  // before the scope, which stops it, and so destroyed after it
   Scope serving("serve");
-  Scope::Slot accept_slot = serving.reserve(Kind::thread, "accept loop");
-  server_thread = std::thread([&] { http.run(); });
-  accept_slot.arm(0, [&] {
-    http.stop();
-    server_thread.join();
-  });
+  accept_loop.start(serving, "accept loop", [&] { http.run(); }, [&] { http.stop(); });
   // Signals, and the folder's files as they come and go; before the baseline.
   SignalsAndFolder events(serving, signals, models_dir);
   // The HTTP side starts its worker threads when it starts listening.

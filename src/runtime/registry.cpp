@@ -84,28 +84,24 @@ Registry::Registry(RegistryOptions options, std::vector<ModelSpec> models)
   (void)context_params(Entry(ModelSpec{}));
   validate(models);
   for (ModelSpec& m : models) entries_.emplace_back(std::move(m));
-  Scope::Slot slot = scope_.reserve(Kind::thread, "keep-alive reaper");
-  reaper_ = std::thread([this] { reaper(); });
-  // The reaper's one release site; if the arm fails, it runs at once.
-  reaper_cleanup_ = slot.arm(0, [this] { stop_reaper(); });
+  reaper_.start(scope_, "keep-alive reaper", [this] { reaper(); }, [this] { wake_reaper(); });
   note_runtime_idle();  // nothing is loaded yet: the reference
 }
 
 Registry::~Registry() {
   // Before the unloads: the reaper would start its own.
-  scope_.release(reaper_cleanup_);
+  reaper_.stop();
   unload_all(UnloadMode::cancel, Millis(0));
   scope_.close();
 }
 
-void Registry::stop_reaper() noexcept {
+void Registry::wake_reaper() noexcept {
   {
     std::lock_guard lock(mu_);
     stopping_ = true;
   }
   reaper_cv_.notify_all();
   cv_.notify_all();
-  reaper_.join();
 }
 
 Registry::Entry& Registry::find_locked(const std::string& name) {

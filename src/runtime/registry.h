@@ -39,6 +39,7 @@
 #include "core/error.h"
 #include "core/histogram.h"
 #include "core/scope.h"
+#include "core/scoped_thread.h"
 #include "engine/batcher.h"
 #include "engine/model.h"
 #include "engine/session.h"
@@ -302,7 +303,7 @@ class Registry {
   void finish_unload_locked(std::unique_lock<std::mutex>& lock, Entry& e);
   void release_lease(Lease& lease) noexcept;
   void reaper();
-  void stop_reaper() noexcept;
+  void wake_reaper() noexcept;  // to stop: the reaper's body returns
 
   RegistryOptions options_;
   Scope scope_;
@@ -319,8 +320,7 @@ class Registry {
   Histogram loads_{{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300}};
   Histogram unloads_{{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}};
   bool stopping_ = false;
-  std::thread reaper_;
-  CleanupId reaper_cleanup_ = 0;
+  ScopedThread reaper_;
 };
 
 // A request's hold on a loaded model. Movable; the model stays loaded while

@@ -85,24 +85,21 @@ Vetter::Vetter(VetterOptions options) : options_(std::move(options)), scope_("ve
     ::close(stop_pipe_[1]);
   });
   // Started now, idle until asked, so that a server's baseline has it.
-  // Its cleanup, armed after the pipe's, runs before it: the thread may be
+  // Its release, armed after the pipe's, runs before it: the thread may be
   // waiting on children that the pipe stops.
-  Scope::Slot thread = scope_.reserve(Kind::thread, "vetting thread");
-  thread_ = std::thread([this] { work(); });
-  thread.arm(0, [this] { stop_thread(); });
+  thread_.start(scope_, "vetting thread", [this] { work(); }, [this] { wake_to_stop(); });
 }
 
 // vet() callers are the owner's; it has stopped them before this.
 Vetter::~Vetter() { scope_.close(); }
 
-void Vetter::stop_thread() noexcept {
+void Vetter::wake_to_stop() noexcept {
   {
     std::lock_guard lock(mu_);
     stopping_ = true;
   }
   cv_.notify_all();
   (void)!::write(stop_pipe_[1], "x", 1);
-  thread_.join();
 }
 
 std::vector<std::string> Vetter::this_program() { return {self_exe(), kVetArg}; }

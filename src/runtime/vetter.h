@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "core/scope.h"
+#include "core/scoped_thread.h"
 #include "engine/gguf_check.h"
 #include "engine/vet.h"
 
@@ -94,7 +95,7 @@ class Vetter {
   // One child, for one part; `on_line` sees its stdout as it comes.
   VetReport run_part(const VetRequest& request, std::function<void(const std::string&)> on_line);
   void work();
-  void stop_thread() noexcept;
+  void wake_to_stop() noexcept;  // the thread returns, its children are killed
 
   VetterOptions options_;
   Scope scope_;  // the thread, its stop pipe and the children while they run
@@ -107,7 +108,7 @@ class Vetter {
   bool stopping_ = false;
   VetterCounts counts_;
   int stop_pipe_[2] = {-1, -1};  // written on stop: kills running children
-  std::thread thread_;
+  ScopedThread thread_;
 };
 
 }  // namespace reclaim

@@ -24,20 +24,17 @@ thread_local Current t_current;
 
 Connections::Connections(Scope& parent, std::chrono::milliseconds read_timeout)
     : read_timeout_(read_timeout), scope_(parent, "connections") {
-  Scope::Slot slot = scope_.reserve(Kind::thread, "read-timeout watchdog");
-  watchdog_ = std::thread([this] { watch(); });
-  slot.arm(0, [this] { stop_watchdog(); });
+  watchdog_.start(scope_, "read-timeout watchdog", [this] { watch(); }, [this] { wake_watchdog(); });
 }
 
 Connections::~Connections() { scope_.close(); }
 
-void Connections::stop_watchdog() noexcept {
+void Connections::wake_watchdog() noexcept {
   {
     std::lock_guard lock(mu_);
     stopping_ = true;
   }
   cv_.notify_all();
-  watchdog_.join();
 }
 
 void Connections::serve(int socket, const std::function<void()>& serve) {

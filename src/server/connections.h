@@ -23,6 +23,7 @@
 #include <thread>
 
 #include "core/scope.h"
+#include "core/scoped_thread.h"
 
 namespace reclaim::server {
 
@@ -63,7 +64,7 @@ class Connections {
     Clock::time_point deadline = Clock::time_point::max();  // max: being answered
   };
   void watch();
-  void stop_watchdog() noexcept;
+  void wake_watchdog() noexcept;  // to stop: watch() returns
   void set_deadline(Conn& c, Clock::time_point deadline);
 
   const std::chrono::milliseconds read_timeout_;
@@ -73,7 +74,7 @@ class Connections {
   uint64_t cut_ = 0;
   bool stopping_ = false;
   Scope scope_;
-  std::thread watchdog_;
+  ScopedThread watchdog_;
 };
 
 }  // namespace reclaim::server

@@ -26,25 +26,19 @@ ResourceHistory::ResourceHistory(Scope& scope, const Registry& registry, std::ch
   if (every_.count() <= 0 || samples == 0) return;
   samples_.resize(samples);
   events_.resize(kEvents);
-  Scope::Slot slot = scope.reserve(Kind::thread, "resource history");
-  thread_.start([this] { run(); }, kStack);
-  scope_ = &scope;
-  cleanup_ = slot.arm(0, [this] { stop(); });
+  thread_.start(scope, "resource history", [this] { run(); }, [this] { wake_to_stop(); }, kStack);
 }
 
-ResourceHistory::~ResourceHistory() {
-  // The scope runs stop() when it closes first; this is for a history whose
-  // scope outlives it.
-  if (scope_ != nullptr) scope_->release(cleanup_);
-}
+// The scope stops the thread when it closes first; this is for a history
+// whose scope outlives it.
+ResourceHistory::~ResourceHistory() { thread_.stop(); }
 
-void ResourceHistory::stop() noexcept {
+void ResourceHistory::wake_to_stop() noexcept {
   {
     std::lock_guard lock(mu_);
     stopping_ = true;
   }
   cv_.notify_all();
-  thread_.join();
 }
 
 void ResourceHistory::run() {

@@ -19,7 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/scope.h"
-#include "core/stack_thread.h"
+#include "core/scoped_thread.h"
 #include "runtime/registry.h"
 
 namespace reclaim::server {
@@ -52,7 +52,7 @@ class ResourceHistory {
 
  private:
   void run();
-  void stop() noexcept;
+  void wake_to_stop() noexcept;  // run() returns
 
   const Registry& registry_;
   const std::chrono::milliseconds every_;
@@ -65,9 +65,7 @@ class ResourceHistory {
   size_t next_event_ = 0, event_count_ = 0;
   // Per model, the loads and unloads seen at the last sample.
   std::map<std::string, std::pair<uint64_t, uint64_t>> seen_;
-  StackThread thread_;
-  CleanupId cleanup_ = 0;
-  Scope* scope_ = nullptr;
+  ScopedThread thread_;  // last: it stops before the members it reads go
 };
 
 }  // namespace reclaim::server

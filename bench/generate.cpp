@@ -29,7 +29,7 @@
 #include "core/stats.h"
 #include "engine/generate.h"
 #include "engine/model.h"
-#include "engine/runtime.h"
+#include "engine/llama_runtime.h"
 #include "engine/test_model.h"
 
 extern char** environ;

@@ -40,7 +40,7 @@
 #include "engine/generate.h"
 #include "engine/model.h"
 #include "engine/parity.h"
-#include "engine/runtime.h"
+#include "engine/llama_runtime.h"
 #include "engine/session.h"
 #include "engine/test_model.h"
 

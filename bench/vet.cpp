@@ -22,7 +22,7 @@
 
 #include "core/heap.h"
 #include "core/stats.h"
-#include "engine/runtime.h"
+#include "engine/llama_runtime.h"
 #include "engine/test_model.h"
 #include "engine/vet.h"
 #include "runtime/registry.h"

@@ -20,7 +20,7 @@ set(reclaim_public_headers
   core/cancel.h core/error.h core/heap.h core/histogram.h core/ledger.h core/resource.h core/scope.h
   core/scoped_thread.h core/stack_thread.h core/thresholds.h core/usage.h
   engine/batcher.h engine/embed.h engine/generate.h engine/gguf_check.h engine/model.h engine/model_info.h
-  engine/owners.h engine/placement.h engine/prompt_cache.h engine/prompt_store.h engine/runtime.h
+  engine/owners.h engine/placement.h engine/prompt_cache.h engine/prompt_store.h engine/llama_runtime.h
   engine/sampling.h engine/session.h engine/test_model.h engine/vet.h
   runtime/model_settings.h runtime/registry.h runtime/room.h runtime/vetter.h)
 foreach(h IN LISTS reclaim_public_headers)

@@ -4,7 +4,7 @@
 #
 # These libraries load their backends at run time (GGML_BACKEND_DL):
 # libggml-vulkan.so and the libggml-cpu-<arch>.so that suits the CPU are
-# dlopen'ed from RECLAIM_LLAMA_PREBUILT by engine/runtime.cpp, and the CPU
+# dlopen'ed from RECLAIM_LLAMA_PREBUILT by engine/llama_runtime.cpp, and the CPU
 # backend's own functions (its thread pool) are reached through the backend
 # registry, since no library that reclaim links exports them.
 

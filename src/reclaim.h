@@ -20,7 +20,7 @@
 #include "engine/embed.h"
 #include "engine/generate.h"
 #include "engine/model.h"
-#include "engine/runtime.h"
+#include "engine/llama_runtime.h"
 #include "engine/session.h"
 #include "engine/test_model.h"
 #include "runtime/registry.h"

@@ -3,7 +3,7 @@
 
 #include <cstring>
 
-#include "engine/runtime.h"
+#include "engine/llama_runtime.h"
 #include "engine/vet.h"
 
 int main(int argc, char** argv) {

@@ -56,15 +56,15 @@ TEST(Owners, ModelContextBatchSamplerLiveOnTheLedgerUntilTheScopeCloses) {
     Scope model_scope("model:t");
     ModelLoad load;
     load.path = model_path();
-    Owned<llama_model> model = load_model(model_scope, load);
+    ScopedRef<llama_model> model = load_model(model_scope, load);
     ASSERT_TRUE(model);
     Scope request(model_scope, "request:1");
     llama_context_params cp = llama_context_default_params();
     cp.n_ctx = 64;
     cp.n_threads = cp.n_threads_batch = 2;
-    Owned<llama_context> ctx = new_context(request, model.get(), cp);
-    Owned<llama_batch> batch = new_batch(request, 64, 1);
-    Owned<llama_sampler> chain = new_sampler_chain(request, "greedy");
+    ScopedRef<llama_context> ctx = new_context(request, model.get(), cp);
+    ScopedRef<llama_batch> batch = new_batch(request, 64, 1);
+    ScopedRef<llama_sampler> chain = new_sampler_chain(request, "greedy");
     auto kinds = ledger.by_kind();
     EXPECT_EQ(kinds[Kind::model].count, 1u);
     // Its tensors and the heap its load took (the vocab at least), which a
@@ -91,7 +91,7 @@ TEST(Owners, EarlyReleaseFreesOnce) {
   Scope scope("model:early");
   ModelLoad load;
   load.path = model_path();
-  Owned<llama_model> model = load_model(scope, load);
+  ScopedRef<llama_model> model = load_model(scope, load);
   EXPECT_EQ(ledger.totals().count, before + 1);
   model.release();
   EXPECT_FALSE(model);

@@ -10,7 +10,7 @@
 
 #include "audit/cycles.h"
 #include "audit/serve_plan.h"
-#include "engine/runtime.h"
+#include "engine/llama_runtime.h"
 
 namespace reclaim::audit {
 

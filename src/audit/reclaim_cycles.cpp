@@ -10,7 +10,7 @@
 #include "core/ledger.h"
 #include "engine/generate.h"
 #include "engine/model.h"
-#include "engine/runtime.h"
+#include "engine/llama_runtime.h"
 
 namespace reclaim::audit {
 

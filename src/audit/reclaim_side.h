@@ -4,7 +4,7 @@
 
 #include "audit/cycles.h"
 #include "engine/generate.h"
-#include "engine/runtime.h"
+#include "engine/llama_runtime.h"
 
 namespace reclaim::audit {
 

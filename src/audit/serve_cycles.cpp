@@ -15,7 +15,7 @@
 #include "core/ledger.h"
 #include "engine/batcher.h"
 #include "engine/embed.h"
-#include "engine/runtime.h"
+#include "engine/llama_runtime.h"
 #include "runtime/registry.h"
 #include "runtime/request_run.h"
 #include "server/worker_pool.h"

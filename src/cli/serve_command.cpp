@@ -23,7 +23,7 @@
 #include "core/size.h"
 #include "engine/chat.h"
 #include "engine/devices.h"
-#include "engine/runtime.h"
+#include "engine/llama_runtime.h"
 #include "engine/test_model.h"
 #include "runtime/registry.h"
 #include "server/openai.h"

@@ -106,8 +106,8 @@ class Batcher {
 
   Model& model_;
   Scope scope_;
-  Owned<llama_context> ctx_;
-  Owned<llama_batch> batch_;
+  ScopedRef<llama_context> ctx_;
+  ScopedRef<llama_batch> batch_;
   std::unique_ptr<PromptCache> cache_;  // under mu_; its cells are the decode thread's
   int32_t n_seq_ = 1, n_ctx_seq_ = 0, n_batch_ = 0, n_swa_ = 0;
   std::function<int32_t(llama_context*, llama_batch)> decode_;

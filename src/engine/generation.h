@@ -67,8 +67,8 @@ class Generation {
   int32_t n_vocab_;
   int32_t max_tokens_;
   GenerateResult& result_;
-  Owned<llama_sampler> sampler_;  // null: plain greedy, an argmax
-  Owned<llama_sampler> grammar_;  // null: none
+  ScopedRef<llama_sampler> sampler_;  // null: plain greedy, an argmax
+  ScopedRef<llama_sampler> grammar_;  // null: none
   std::vector<llama_token_data> candidates_;  // the grammar's path: the logits as llama.cpp's array
   std::function<bool()> stopped_;
   std::chrono::milliseconds grammar_token_time_;

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "core/defer.h"
-#include "engine/runtime.h"
+#include "engine/llama_runtime.h"
 
 namespace reclaim {
 

@@ -9,7 +9,7 @@
 #include "core/defer.h"
 #include "core/heap.h"
 #include "engine/owners.h"
-#include "engine/runtime.h"
+#include "engine/llama_runtime.h"
 
 namespace reclaim {
 

@@ -67,8 +67,8 @@ class Model {
 
  private:
   std::unique_ptr<Scope> scope_;
-  Owned<llama_model> model_;
-  Owned<ggml_threadpool> pool_;
+  ScopedRef<llama_model> model_;
+  ScopedRef<ggml_threadpool> pool_;
   std::unique_ptr<Batcher> batcher_;
   ModelInfo info_;
   LoadMode mode_;

@@ -12,7 +12,7 @@
 #include "core/usage.h"
 #include "engine/devices.h"
 #include "engine/placement.h"
-#include "engine/runtime.h"
+#include "engine/llama_runtime.h"
 
 // llama_get_memory_breakdown lives in llama.cpp's staging header, which is
 // not installed; set-up points RECLAIM_LLAMA_EXT_HEADER at the pinned source.

@@ -13,7 +13,7 @@
 #include "core/heap.h"
 #include "core/locked.h"
 #include "core/usage.h"
-#include "engine/runtime.h"
+#include "engine/llama_runtime.h"
 #include "engine/threadpool_api.h"
 
 namespace reclaim {
@@ -88,7 +88,7 @@ int64_t allocated() { return static_cast<int64_t>(heap_stats().in_use) + device_
 
 }  // namespace
 
-Owned<llama_model> load_model(Scope& scope, const ModelLoad& load, uint64_t* bytes) {
+ScopedRef<llama_model> load_model(Scope& scope, const ModelLoad& load, uint64_t* bytes) {
   check_model_file(load.path);
   Scope::Slot slot = scope.reserve(Kind::model, base_name(load.path));
 
@@ -142,7 +142,7 @@ Owned<llama_model> load_model(Scope& scope, const ModelLoad& load, uint64_t* byt
   return {model, &scope, id};
 }
 
-Owned<ggml_threadpool> new_threadpool(Scope& scope, int32_t n_threads, uint32_t poll) {
+ScopedRef<ggml_threadpool> new_threadpool(Scope& scope, int32_t n_threads, uint32_t poll) {
   Scope::Slot slot = scope.reserve(Kind::thread, "threadpool n=" + std::to_string(n_threads));
   const ThreadpoolApi& api = threadpool_api();
   ggml_threadpool_params tpp = ggml_threadpool_params_default(n_threads);
@@ -153,7 +153,7 @@ Owned<ggml_threadpool> new_threadpool(Scope& scope, int32_t n_threads, uint32_t 
   return {pool, &scope, id};
 }
 
-Owned<llama_context> new_context(Scope& scope, llama_model* model, const llama_context_params& params,
+ScopedRef<llama_context> new_context(Scope& scope, llama_model* model, const llama_context_params& params,
                                  ggml_threadpool* pool, ContextPlacement* where) {
   // Worker threads created once rather than for every graph (ggml's default
   // without a pool). A context of its own pool registers it first, so that
@@ -195,7 +195,7 @@ Owned<llama_context> new_context(Scope& scope, llama_model* model, const llama_c
   return {ctx, &scope, id};
 }
 
-Owned<llama_batch> new_batch(Scope& scope, int32_t n_tokens, int32_t n_seq_max) {
+ScopedRef<llama_batch> new_batch(Scope& scope, int32_t n_tokens, int32_t n_seq_max) {
   Scope::Slot slot = scope.reserve(Kind::batch, "n_tokens=" + std::to_string(n_tokens));
   // The holder first: made after the arrays, its failure would lose them.
   auto batch = std::make_unique<llama_batch>();
@@ -213,7 +213,7 @@ Owned<llama_batch> new_batch(Scope& scope, int32_t n_tokens, int32_t n_seq_max) 
   return {raw, &scope, id};
 }
 
-Owned<llama_sampler> new_sampler_chain(Scope& scope, std::string label) {
+ScopedRef<llama_sampler> new_sampler_chain(Scope& scope, std::string label) {
   Scope::Slot slot = scope.reserve(Kind::sampler, std::move(label));
   llama_sampler* chain = llama_sampler_chain_init(llama_sampler_chain_default_params());
   if (!chain) throw Error("cannot create a sampler chain");
@@ -221,7 +221,7 @@ Owned<llama_sampler> new_sampler_chain(Scope& scope, std::string label) {
   return {chain, &scope, id};
 }
 
-Owned<llama_sampler> new_grammar(Scope& scope, const llama_vocab* vocab, const std::string& gbnf, bool lazy,
+ScopedRef<llama_sampler> new_grammar(Scope& scope, const llama_vocab* vocab, const std::string& gbnf, bool lazy,
                                  const std::vector<std::string>& trigger_patterns,
                                  const std::vector<llama_token>& trigger_tokens) {
   // The grammar's parse tree and stacks live inside the sampler, where

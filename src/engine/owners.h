@@ -17,13 +17,14 @@
 
 namespace reclaim {
 
-// A handle to an object that a Scope owns. Copyable; the scope frees the
-// object on close, or earlier through release().
+// A reference to an object that a Scope owns: not its owner. Copyable, as a
+// pointer is; the scope frees the object on close, or earlier through
+// release() (which any copy may call once).
 template <class T>
-class Owned {
+class ScopedRef {
  public:
-  Owned() = default;
-  Owned(T* ptr, Scope* scope, CleanupId id) : ptr_(ptr), scope_(scope), id_(id) {}
+  ScopedRef() = default;
+  ScopedRef(T* ptr, Scope* scope, CleanupId id) : ptr_(ptr), scope_(scope), id_(id) {}
   T* get() const { return ptr_; }
   explicit operator bool() const { return ptr_ != nullptr; }
   CleanupId id() const { return id_; }
@@ -77,24 +78,24 @@ void check_model_file(const std::string& path);
 llama_model* load_in_arena(const std::string& path, const llama_model_params& params);
 
 // `bytes`, when given, gets what the model's ledger entry holds.
-Owned<llama_model> load_model(Scope& scope, const ModelLoad& load, uint64_t* bytes = nullptr);
+ScopedRef<llama_model> load_model(Scope& scope, const ModelLoad& load, uint64_t* bytes = nullptr);
 // A pool of `n_threads` worker threads (ggml's), joined when it is freed.
 // `poll`: how long idle workers spin for the next graph before they sleep
 // (ggml's 0..100; 50 is its default).
-Owned<ggml_threadpool> new_threadpool(Scope& scope, int32_t n_threads, uint32_t poll = 50);
+ScopedRef<ggml_threadpool> new_threadpool(Scope& scope, int32_t n_threads, uint32_t poll = 50);
 // `pool`: the threads the context decodes on, owned by the caller's scope;
 // null: the context gets a pool of its own, registered before it in `scope`.
 // The context's ledger entry is split by where its buffers are; `where`,
 // when given, gets that breakdown, with the model's weights (Model::
 // place_weights).
-Owned<llama_context> new_context(Scope& scope, llama_model* model, const llama_context_params& params,
+ScopedRef<llama_context> new_context(Scope& scope, llama_model* model, const llama_context_params& params,
                                  ggml_threadpool* pool = nullptr, ContextPlacement* where = nullptr);
-Owned<llama_batch> new_batch(Scope& scope, int32_t n_tokens, int32_t n_seq_max);
-Owned<llama_sampler> new_sampler_chain(Scope& scope, std::string label);
+ScopedRef<llama_batch> new_batch(Scope& scope, int32_t n_tokens, int32_t n_seq_max);
+ScopedRef<llama_sampler> new_sampler_chain(Scope& scope, std::string label);
 // A GBNF grammar's sampler; lazy: it constrains only from the first
 // trigger (a pattern matched in the text generated, or a token) on. Throws
 // Error when llama.cpp does not take the grammar.
-Owned<llama_sampler> new_grammar(Scope& scope, const llama_vocab* vocab, const std::string& gbnf, bool lazy,
+ScopedRef<llama_sampler> new_grammar(Scope& scope, const llama_vocab* vocab, const std::string& gbnf, bool lazy,
                                  const std::vector<std::string>& trigger_patterns,
                                  const std::vector<llama_token>& trigger_tokens);
 

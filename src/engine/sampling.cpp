@@ -30,9 +30,9 @@ uint32_t resolve_seed(const SamplingParams& p) {
   return s == LLAMA_DEFAULT_SEED ? 0 : s;
 }
 
-Owned<llama_sampler> new_sampler(Scope& scope, const llama_vocab* vocab, const SamplingParams& p, uint32_t seed) {
+ScopedRef<llama_sampler> new_sampler(Scope& scope, const llama_vocab* vocab, const SamplingParams& p, uint32_t seed) {
   validate(p);
-  Owned<llama_sampler> chain = new_sampler_chain(scope, p.greedy() ? "greedy" : "sampled seed=" + std::to_string(seed));
+  ScopedRef<llama_sampler> chain = new_sampler_chain(scope, p.greedy() ? "greedy" : "sampled seed=" + std::to_string(seed));
   llama_sampler* c = chain.get();
   // llama_sampler_chain_add takes ownership, so the chain's one cleanup frees all.
   if (!p.logit_bias.empty()) {
@@ -55,9 +55,9 @@ Owned<llama_sampler> new_sampler(Scope& scope, const llama_vocab* vocab, const S
   return chain;
 }
 
-Owned<llama_sampler> new_grammar_sampler(Scope& scope, const llama_vocab* vocab, const GrammarSpec& g) {
+ScopedRef<llama_sampler> new_grammar_sampler(Scope& scope, const llama_vocab* vocab, const GrammarSpec& g) {
   check_grammar_limits(g.gbnf);
-  Owned<llama_sampler> s = new_grammar(scope, vocab, g.gbnf, g.lazy, g.trigger_patterns, g.trigger_tokens);
+  ScopedRef<llama_sampler> s = new_grammar(scope, vocab, g.gbnf, g.lazy, g.trigger_patterns, g.trigger_tokens);
   try {
     for (llama_token t : g.prefill) llama_sampler_accept(s.get(), t);
   } catch (const std::exception& e) {

@@ -58,12 +58,12 @@ uint32_t resolve_seed(const SamplingParams& p);
 
 // Builds the chain in `scope` (one sampler entry on the ledger); `seed` is
 // the resolved one.
-Owned<llama_sampler> new_sampler(Scope& scope, const llama_vocab* vocab, const SamplingParams& p, uint32_t seed);
+ScopedRef<llama_sampler> new_sampler(Scope& scope, const llama_vocab* vocab, const SamplingParams& p, uint32_t seed);
 
 // The grammar's sampler in `scope` (a sampler entry on the ledger), having
 // read the spec's prefill. Throws Error when the grammar does not parse,
 // GrammarTooLarge (engine/grammar_limits.h) when it is over a bound.
-Owned<llama_sampler> new_grammar_sampler(Scope& scope, const llama_vocab* vocab, const GrammarSpec& g);
+ScopedRef<llama_sampler> new_grammar_sampler(Scope& scope, const llama_vocab* vocab, const GrammarSpec& g);
 
 // Whether llama.cpp parses `gbnf` (its root rule "root") for this vocabulary;
 // throws GrammarTooLarge first when it is over a bound.

@@ -51,8 +51,8 @@ class Session {
   Model& model_;
   Scope scope_;
   const CancelToken* cancel_;
-  Owned<llama_context> ctx_;
-  Owned<llama_batch> batch_;
+  ScopedRef<llama_context> ctx_;
+  ScopedRef<llama_batch> batch_;
   int32_t n_ctx_ = 0, n_batch_ = 0;
 };
 

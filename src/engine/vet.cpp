@@ -13,7 +13,7 @@
 #include "core/defer.h"
 #include "engine/gguf_check.h"
 #include "engine/owners.h"
-#include "engine/runtime.h"
+#include "engine/llama_runtime.h"
 
 namespace reclaim {
 

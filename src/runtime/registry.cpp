@@ -11,7 +11,7 @@
 #include "core/ledger.h"
 #include "core/size.h"
 #include "engine/batcher.h"
-#include "engine/runtime.h"
+#include "engine/llama_runtime.h"
 #include "engine/model_info.h"
 #include "runtime/registry_entry.h"
 
@@ -123,7 +123,7 @@ Lease Registry::acquire(const std::string& name, std::optional<Millis> keep_aliv
   check_name(name);
   std::unique_lock lock(mu_);
   Entry& e = find_locked(name);
-  if (!admit_locked(lock, e, wait, true, options_.autoload)) return Lease();
+  if (!admit_locked(lock, e, wait, {.slot = true, .autoload = options_.autoload})) return Lease();
   Lease l;
   l.registry_ = this;
   l.entry_ = &e;
@@ -146,7 +146,7 @@ void Registry::load(const std::string& name, bool pin, const Wait& wait) {
   }
   Wait w = wait;
   w.no_wait = false;
-  admit_locked(lock, e, w, false, true);
+  admit_locked(lock, e, w, {.slot = false, .autoload = true});
   if (e.in_flight == 0) {
     const Millis ka = keep_alive_of(e);
     e.expires = e.spec.pinned || ka.count() < 0 ? Steady::time_point::max() : Steady::now() + ka;

@@ -283,7 +283,11 @@ class Registry {
   // Scheduling (runtime/scheduling.cpp). Waits until `e` is loaded and admits
   // requests (and, with `slot`, has a running slot for this one), loading it
   // when its turn comes; false: it would wait and wait.no_wait was set.
-  bool admit_locked(std::unique_lock<std::mutex>& lock, Entry& e, const Wait& wait, bool slot, bool autoload);
+  struct Admission {
+    bool slot = true;      // a request, which takes a running slot; false: a load without one
+    bool autoload = true;  // an unloaded model may be loaded for it (--no-autoload: not for requests)
+  };
+  bool admit_locked(std::unique_lock<std::mutex>& lock, Entry& e, const Wait& wait, Admission admission);
   // Makes room for the model at the head of the line and loads it; false:
   // not yet (busy models are draining, or models are on their way out).
   bool take_turn_locked(std::unique_lock<std::mutex>& lock, Entry& e, Turn& turn);

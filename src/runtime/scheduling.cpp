@@ -11,7 +11,8 @@
 
 namespace reclaim {
 
-bool Registry::admit_locked(std::unique_lock<std::mutex>& lock, Entry& e, const Wait& wait, bool slot, bool autoload) {
+bool Registry::admit_locked(std::unique_lock<std::mutex>& lock, Entry& e, const Wait& wait, Admission admission) {
+  const bool slot = admission.slot, autoload = admission.autoload;
   const Steady::time_point t0 = Steady::now();
   const Steady::time_point deadline = t0 + options_.queue_timeout;
   bool waiting = false;     // counted in e.queued

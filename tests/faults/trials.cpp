@@ -35,7 +35,7 @@
 #include "core/usage.h"
 #include "engine/batcher.h"
 #include "engine/model.h"
-#include "engine/runtime.h"
+#include "engine/llama_runtime.h"
 
 using namespace reclaim;
 

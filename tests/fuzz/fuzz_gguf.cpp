@@ -15,7 +15,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "engine/runtime.h"
+#include "engine/llama_runtime.h"
 #include "engine/session.h"
 #include "engine/test_model.h"
 #include "engine/vet.h"

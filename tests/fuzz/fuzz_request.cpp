@@ -31,7 +31,7 @@
 #include "engine/chat.h"
 #include "engine/grammar_limits.h"
 #include "engine/model.h"
-#include "engine/runtime.h"
+#include "engine/llama_runtime.h"
 #include "engine/sampling.h"
 #include "engine/test_model.h"
 

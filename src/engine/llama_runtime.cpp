@@ -1,4 +1,4 @@
-#include "engine/runtime.h"
+#include "engine/llama_runtime.h"
 
 #include <llama.h>
 

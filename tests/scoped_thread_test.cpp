@@ -30,6 +30,9 @@ struct Sleeper {
     }
     cv.notify_all();
   }
+  void start_on(ScopedThread& t, Scope& scope) {
+    t.start(scope, "sleeper", [this] { body(); }, [this] { wake(); });
+  }
 };
 
 }  // namespace
@@ -39,7 +42,7 @@ TEST(ScopedThread, IsOnTheLedgerWhileItRunsAndStopWakesAndJoinsIt) {
   Scope scope("owner", {}, &ledger);
   Sleeper s;
   ScopedThread t;
-  t.start(scope, "sleeper", [&] { s.body(); }, [&] { s.wake(); });
+  s.start_on(t, scope);
   ASSERT_EQ(ledger.totals().count, 1u);
   EXPECT_EQ(ledger.entries().at(0).kind, Kind::thread);
   EXPECT_EQ(ledger.entries().at(0).label, "sleeper");
@@ -57,7 +60,7 @@ TEST(ScopedThread, TheScopesCloseStopsItAndItsDestructorThenDoesNothing) {
   ScopedThread t;  // outlives the scope
   {
     Scope scope("owner", {}, &ledger);
-    t.start(scope, "sleeper", [&] { s.body(); }, [&] { s.wake(); });
+    s.start_on(t, scope);
     EXPECT_EQ(ledger.totals().count, 1u);
   }
   EXPECT_TRUE(s.returned);
@@ -70,7 +73,7 @@ TEST(ScopedThread, ItsDestructorStopsItFirst) {
   Sleeper s;
   {
     ScopedThread t;
-    t.start(scope, "sleeper", [&] { s.body(); }, [&] { s.wake(); });
+    s.start_on(t, scope);
   }
   EXPECT_TRUE(s.returned);
   EXPECT_EQ(ledger.totals().count, 0u);

@@ -48,7 +48,9 @@ ModelInfo model_info(const llama_model* model, const std::string& path) {
   i.n_ctx_train = llama_model_n_ctx_train(model);
   i.n_layer = llama_model_n_layer(model);
   i.n_embd = llama_model_n_embd(model);
-  i.n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(model));
+  const llama_vocab* vocab = llama_model_get_vocab(model);
+  i.n_vocab = llama_vocab_n_tokens(vocab);
+  i.has_tokenizer = llama_vocab_type(vocab) != LLAMA_VOCAB_TYPE_NONE;
   i.n_swa = llama_model_n_swa(model);
   if (llama_model_is_hybrid(model)) {
     i.memory = "hybrid";
@@ -60,8 +62,7 @@ ModelInfo model_info(const llama_model* model, const std::string& path) {
   return i;
 }
 
-MemoryEstimate estimate_memory(const ModelLoad& load, const llama_context_params& params, ModelInfo* info,
-                               const std::function<void(const llama_model*)>& inspect) {
+MemoryEstimate estimate_memory(const ModelLoad& load, const llama_context_params& params, ModelInfo* info) {
   check_model_file(load.path);
   // The simulated load reads the whole vocab (tens of MiB for 151,936
   // tokens), in an arena that goes with the model; what else it freed goes
@@ -109,7 +110,6 @@ MemoryEstimate estimate_memory(const ModelLoad& load, const llama_context_params
   const int64_t head_dim = llama_model_n_embd(model) / std::max(1, llama_model_n_head(model));
   e.context_host = n_ctx * llama_model_n_layer(model) * 2 * head_dim * llama_model_n_head_kv(model) * 2;
 #endif
-  if (inspect) inspect(model);
   return e;
 }
 

@@ -6,7 +6,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <map>
 #include <string>
 
@@ -26,6 +25,7 @@ struct ModelInfo {
   uint64_t file_bytes = 0;
   std::string load_mode;  // set when loaded by Model
   int32_t n_ctx_train = 0, n_layer = 0, n_embd = 0, n_vocab = 0;
+  bool has_tokenizer = false;  // false: token ids in and out only (llama.cpp's no_vocab)
   // What a context keeps of a sequence: "kv" (a cell a position),
   // "kv+sliding-window" (some layers keep only the last n_swa positions),
   // "recurrent" (one state a sequence), "hybrid" (kv and recurrent layers).
@@ -63,11 +63,7 @@ ModelInfo model_info(const llama_model* model, const std::string& path);
 // Loads `load.path` with no_alloc and estimates a model plus one context of
 // `params`. The simulated load allocates only the bookkeeping, which is
 // measured as the overheads. Throws Error for a file llama.cpp cannot read.
-// `inspect`, when given, sees the simulated model once it is measured: its
-// vocab is whole, so the vetting child reads the tokenizer there rather than
-// load the vocab a second time.
-MemoryEstimate estimate_memory(const ModelLoad& load, const llama_context_params& params, ModelInfo* info = nullptr,
-                               const std::function<void(const llama_model*)>& inspect = nullptr);
+MemoryEstimate estimate_memory(const ModelLoad& load, const llama_context_params& params, ModelInfo* info = nullptr);
 
 // Throws Error if `e` needs more host memory than the machine has available
 // (MemAvailable), or more on the accelerators than they have free; the

@@ -82,7 +82,7 @@ VetRequest vet_request_from_json(const nlohmann::json& j) {
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(MemoryEstimate, model_host, model_device, context_host, context_device, compute_host,
                                    compute_device, model_overhead, context_overhead, exact, device_by_name)
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(ModelInfo, path, architecture, name, chat_template, n_params, tensor_bytes, file_bytes,
-                                   load_mode, n_ctx_train, n_layer, n_embd, n_vocab)
+                                   load_mode, n_ctx_train, n_layer, n_embd, n_vocab, has_tokenizer)
 
 nlohmann::json to_json(const VetReport& r) {
   return {{"ok", r.ok},
@@ -208,9 +208,8 @@ VetReport vet_here(const VetRequest& q, const std::function<void()>& on_loaded) 
       ModelLoad load;
       load.path = q.path;
       load.n_gpu_layers = q.n_gpu_layers;
-      r.estimate = estimate_memory(load, q.context, &r.info, [&](const llama_model* model) {
-        r.has_tokenizer = llama_vocab_type(llama_model_get_vocab(model)) != LLAMA_VOCAB_TYPE_NONE;
-      });
+      r.estimate = estimate_memory(load, q.context, &r.info);
+      r.has_tokenizer = r.info.has_tokenizer;
     }
     if (q.part != VetPart::estimate) {
       stage("load");

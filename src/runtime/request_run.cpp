@@ -9,10 +9,12 @@ RequestRun::RequestRun(Registry& registry, RequestCounts& counts, std::function<
 
 RequestRun::~RequestRun() { release(); }
 
-void RequestRun::hold(const std::string& model, std::optional<Millis> keep_alive,
-                      const std::function<bool()>& still_wanted) {
+void RequestRun::hold(const std::string& model, std::optional<Millis> keep_alive, const std::function<void()>& on_wait) {
   Wait w;
-  w.still_wanted = [this, &still_wanted] { return !client_gone() && (!still_wanted || still_wanted()); };
+  w.still_wanted = [this, &on_wait] {
+    if (on_wait) on_wait();
+    return !client_gone();
+  };
   try {
     lease_ = registry_.acquire(model, keep_alive, w);
   } catch (const ClientGone&) {

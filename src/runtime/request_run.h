@@ -52,13 +52,12 @@ class RequestRun {
   RequestRun(const RequestRun&) = delete;
   RequestRun& operator=(const RequestRun&) = delete;
 
-  // Takes `model`, waiting in its line while the client is there and
-  // `still_wanted` (when given: a stream's keep-alive writes there) says so.
-  // Throws ClientGone, counted, when the client leaves the line; and what
-  // Registry::acquire throws. `keep_alive` is the request's own (Ollama's
-  // keep_alive), if it gave one.
-  void hold(const std::string& model, std::optional<Millis> keep_alive,
-            const std::function<bool()>& still_wanted = nullptr);
+  // Takes `model`, waiting in its line while the client is there; `on_wait`,
+  // when given, is called at each poll of the wait (a stream writes its
+  // keep-alive there). Throws ClientGone, counted, when the client leaves
+  // the line; and what Registry::acquire throws. `keep_alive` is the
+  // request's own (Ollama's keep_alive), if it gave one.
+  void hold(const std::string& model, std::optional<Millis> keep_alive, const std::function<void()>& on_wait = nullptr);
   // Takes `model` only if it is ready now; false where it would wait. Throws
   // where the line is full or the name unknown, as hold() does.
   bool hold_now(const std::string& model, std::optional<Millis> keep_alive);

@@ -258,10 +258,9 @@ VetReport Vetter::run_children(const std::string& k, const VetRequest& q) {
   std::mutex parts_mu;
   std::optional<VetReport> estimated;
   bool loaded = false;
-  auto part_done = [&](bool estimate_now, bool loaded_now) {
-    std::lock_guard lock(parts_mu);
-    if (loaded_now) loaded = true;
-    if ((estimate_now || loaded_now) && loaded && estimated && estimated->ok) publish_loadable(k, *estimated);
+  // With parts_mu held; publishing twice is harmless (publish_loadable).
+  auto publish_if_loadable = [&] {
+    if (loaded && estimated && estimated->ok) publish_loadable(k, *estimated);
   };
   std::exception_ptr estimate_failure;
   std::thread estimating;
@@ -276,11 +275,9 @@ VetReport Vetter::run_children(const std::string& k, const VetRequest& q) {
   estimating = std::thread([&] {
     try {
       VetReport r = run_part(estimate_q, nullptr);
-      {
-        std::lock_guard lock(parts_mu);
-        estimated = std::move(r);
-      }
-      part_done(true, false);
+      std::lock_guard lock(parts_mu);
+      estimated = std::move(r);
+      publish_if_loadable();
     } catch (...) {
       estimate_failure = std::current_exception();
     }
@@ -289,7 +286,10 @@ VetReport Vetter::run_children(const std::string& k, const VetRequest& q) {
   std::exception_ptr decode_failure;
   try {
     decoded = run_part(decode_q, [&](const std::string& line) {
-      if (is_loaded_line(line)) part_done(false, true);
+      if (!is_loaded_line(line)) return;
+      std::lock_guard lock(parts_mu);
+      loaded = true;
+      publish_if_loadable();
     });
   } catch (...) {
     decode_failure = std::current_exception();

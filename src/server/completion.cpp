@@ -279,7 +279,6 @@ void Server::complete(httplib::Response& res, const CompletionCall& call, std::s
               last = t;
               write(answer.waiting());
             }
-            return true;
           };
           try {
             request.hold(run->req.model, run->keep_alive, keep_writing);
@@ -335,19 +334,24 @@ void Server::complete(httplib::Response& res, const CompletionCall& call, std::s
         sink.done();
         return true;
       },
-      // The lease goes with the response, whether or not the stream ran.
-      [run](bool) { run->request->release(); });
+      // The lease goes with the response, whether or not the stream ran. A
+      // stream that did not run to its end without a word of why lost its
+      // client (httplib could not write it).
+      [run](bool done) {
+        if (!done) run->request->client_left();
+        run->request->release();
+      });
 }
 
 void Server::completions(const httplib::Request& req, httplib::Response& res) {
-  in_run(res, send_error, [&](std::shared_ptr<RequestRun> run) {
+  in_run([&](std::shared_ptr<RequestRun> run) {
     complete(res, {[&req](const json& defaults) { return parse_completion_request(req.body, false, defaults); }, openai_answer},
              std::move(run));
   });
 }
 
 void Server::chat_completions(const httplib::Request& req, httplib::Response& res) {
-  in_run(res, send_error, [&](std::shared_ptr<RequestRun> run) {
+  in_run([&](std::shared_ptr<RequestRun> run) {
     complete(res, {[&req](const json& defaults) { return parse_completion_request(req.body, true, defaults); }, openai_answer},
              std::move(run));
   });

@@ -121,7 +121,7 @@ EmbedResult Server::embed_input(RequestRun& run, const std::string& model_name, 
 }
 
 void Server::embeddings(const httplib::Request& http_req, httplib::Response& res) {
-  in_run(res, send_error, [&](std::shared_ptr<RequestRun> run) { answer_embeddings(*run, http_req, res); });
+  in_run([&](std::shared_ptr<RequestRun> run) { answer_embeddings(*run, http_req, res); });
 }
 
 void Server::answer_embeddings(RequestRun& run, const httplib::Request& http_req, httplib::Response& res) {

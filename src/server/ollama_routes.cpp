@@ -65,7 +65,7 @@ void Server::ollama_generate(const httplib::Request& req, httplib::Response& res
 }
 
 void Server::ollama_completion(const httplib::Request& req, httplib::Response& res, OllamaEndpoint endpoint) {
-  in_run(res, send_ollama_error, [&](std::shared_ptr<RequestRun> run) {
+  in_run([&](std::shared_ptr<RequestRun> run) {
     const OllamaRequest o = parse_ollama_request(req.body, endpoint);
     if (o.load_only) {
       ollama_load(*run, res, o.model, o.keep_alive_ms, endpoint == OllamaEndpoint::chat);
@@ -82,7 +82,7 @@ void Server::ollama_embed(const httplib::Request& req, httplib::Response& res) {
 void Server::ollama_embeddings(const httplib::Request& req, httplib::Response& res) { ollama_embedding(req, res, true); }
 
 void Server::ollama_embedding(const httplib::Request& req, httplib::Response& res, bool legacy) {
-  in_run(res, send_ollama_error, [&](std::shared_ptr<RequestRun> run) {
+  in_run([&](std::shared_ptr<RequestRun> run) {
     const Steady::time_point start = Steady::now();
     const OllamaEmbedRequest o = parse_ollama_embed_request(req.body, legacy);
     const EmbedResult r = embed_input(*run, o.model, o.input, o.keep_alive_ms, o.truncate);

@@ -24,16 +24,15 @@ std::shared_ptr<RequestRun> Server::start_run() {
   return std::make_shared<RequestRun>(registry_, stats_, [] { return !Connections::client_gone(); });
 }
 
-void Server::in_run(httplib::Response& res, ErrorShape send,
-                    const std::function<void(std::shared_ptr<RequestRun>)>& fn) {
+void Server::in_run(const std::function<void(std::shared_ptr<RequestRun>)>& fn) {
   std::shared_ptr<RequestRun> run = start_run();
   try {
     fn(run);
   } catch (const ClientGone&) {
     run->client_left();  // its wait or its template's render stopped when it left; nobody reads an answer
-  } catch (const std::exception& ex) {
+  } catch (...) {
     run->fail();
-    send(res, to_api_error(ex));
+    throw;
   }
 }
 

@@ -139,10 +139,11 @@ class Server {
   };
   // A request's run (runtime/request_run.h), its client this connection's.
   std::shared_ptr<RequestRun> start_run();
-  // What a request's handler does in a run of its own: `fn(run)`; a client
-  // that left and an error are counted, and an error is answered by `send`
-  // in the API's shape. The run ends with the handler, or with its stream.
-  void in_run(httplib::Response& res, ErrorShape send, const std::function<void(std::shared_ptr<RequestRun>)>& fn);
+  // What a request's handler does in a run of its own: `fn(run)`. A client
+  // that left is counted and answered to nobody; an error is counted and
+  // thrown on to the route's middleware, which answers it in the API's
+  // shape. The run ends with the handler, or with its stream.
+  void in_run(const std::function<void(std::shared_ptr<RequestRun>)>& fn);
   // A stream ends later and holds `run` until then (server/completion.cpp).
   // Throws what fails before the reply begins.
   void complete(httplib::Response& res, const CompletionCall& call, std::shared_ptr<RequestRun> run);

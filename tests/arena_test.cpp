@@ -249,3 +249,28 @@ TEST(Arena, NestedWindowsHaveArenasOfTheirOwn) {
   ::operator delete(outer_after);
   EXPECT_EQ(arena::stats().arenas, 0);
 }
+
+// The kernel hands a region's addresses to the next mmap as soon as they are
+// unmapped: two threads that each map, fill and empty regions again and again
+// get each other's addresses back. A free must find the region mapped there
+// now, never a slot that still names the old one, or that region's count is
+// never brought to zero and it stays mapped.
+TEST(Arena, RegionsMappedAgainAtTheSameAddressAreEachGivenBack) {
+  ASSERT_EQ(arena::stats().arenas, 0);
+  auto churn = [] {
+    for (int i = 0; i < 20000; ++i) {
+      void* blocks[4];
+      {
+        ArenaWindow window;
+        if (!window.open()) continue;
+        for (void*& b : blocks) b = ::operator new(256);
+      }
+      for (void* b : blocks) ::operator delete(b);
+    }
+  };
+  std::thread a(churn), b(churn), c(churn);
+  a.join();
+  b.join();
+  c.join();
+  EXPECT_EQ(arena::stats().arenas, 0);
+}

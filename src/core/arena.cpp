@@ -158,8 +158,12 @@ bool page_empty(const Slot& s, uintptr_t i) {
 
 void unmap(Slot& s) {
   const uintptr_t base = s.base.load(std::memory_order_relaxed);
+  // Out of slot_of() before the addresses are free: the next mmap, on any
+  // thread, may return them for a region in another slot, and a free of its
+  // blocks that found this slot first would count down the wrong region and
+  // leave the new one mapped for good.
+  s.base.store(0, std::memory_order_seq_cst);
   ::munmap(reinterpret_cast<void*>(base), kRegion);
-  s.base.store(0, std::memory_order_release);
   s.shared_in_use.store(0, std::memory_order_relaxed);
   s.own_in_use.store(0, std::memory_order_relaxed);
   s.high.store(0, std::memory_order_relaxed);

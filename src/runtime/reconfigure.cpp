@@ -51,7 +51,8 @@ Registry::Reconfigured Registry::reconfigure(std::vector<ModelSpec> models) {
     if (!reload) {
       e.spec = std::move(m);
       e.next_spec.reset();
-    } else if (e.state == ModelState::unloaded) {
+      if (e.life == Life::reloading) e.change(LifeEvent::reload_dropped);
+    } else if (!holds_room(e.life)) {
       e.spec = std::move(m);
       e.next_spec.reset();
       e.estimated_file.clear();  // the estimate was of the old context
@@ -64,12 +65,14 @@ Registry::Reconfigured Registry::reconfigure(std::vector<ModelSpec> models) {
       now_spec.settings = taken_while_loaded(e.spec.settings, m.settings);
       e.spec = std::move(now_spec);
       e.next_spec = std::move(m);
+      if (e.life == Life::serving) e.change(LifeEvent::reconfigure);
     }
   }
   for (Entry& e : entries_) {
     if (e.retired || std::find(kept.begin(), kept.end(), e.spec.name) != kept.end()) continue;
     e.retired = true;
     e.next_spec.reset();
+    if (e.life == Life::reloading) e.change(LifeEvent::reload_dropped);
     ++r.removed;
   }
   sweep_locked();
@@ -81,7 +84,7 @@ Registry::Reconfigured Registry::reconfigure(std::vector<ModelSpec> models) {
 void Registry::sweep_locked() {
   for (auto it = entries_.begin(); it != entries_.end();) {
     const Entry& e = *it;
-    const bool held = e.state != ModelState::unloaded || e.in_flight > 0 || e.queued > 0 || e.pending_admits > 0 ||
+    const bool held = holds_room(e.life) || e.in_flight > 0 || e.queued > 0 || e.pending_admits > 0 ||
                       std::any_of(line_.begin(), line_.end(), [&](const Turn& t) { return t.entry == &e; });
     it = e.retired && !held ? entries_.erase(it) : std::next(it);
   }

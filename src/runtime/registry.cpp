@@ -17,16 +17,6 @@
 
 namespace reclaim {
 
-const char* model_state_name(ModelState s) {
-  switch (s) {
-    case ModelState::unloaded: return "unloaded";
-    case ModelState::loading: return "loading";
-    case ModelState::loaded: return "loaded";
-    case ModelState::unloading: return "unloading";
-  }
-  return "?";
-}
-
 namespace {
 
 double ms_since(Steady::time_point t) { return std::chrono::duration<double, std::milli>(Steady::now() - t).count(); }
@@ -222,8 +212,7 @@ ModelLoad Registry::model_load(Entry& e) {
 }
 
 void Registry::load_locked(std::unique_lock<std::mutex>& lock, Entry& e, int64_t estimate) {
-  e.state = ModelState::loading;
-  e.unloaded_to_reload = false;
+  e.change(LifeEvent::load);
   e.progress = 0;
   e.last_error.clear();
   e.reserved = estimate;
@@ -245,7 +234,7 @@ void Registry::load_locked(std::unique_lock<std::mutex>& lock, Entry& e, int64_t
     model->start_batcher(batching);
   } catch (const std::exception& ex) {
     lock.lock();
-    e.state = ModelState::unloaded;
+    e.change(LifeEvent::load_failed);
     e.reserved = 0;
     e.reserved_at.clear();
     e.last_error = ex.what();
@@ -263,7 +252,7 @@ void Registry::load_locked(std::unique_lock<std::mutex>& lock, Entry& e, int64_t
   }
   lock.lock();
   e.model = std::move(model);
-  e.state = ModelState::loaded;
+  e.change(e.settled(LifeEvent::loaded, LifeEvent::loaded_stale));
   e.progress = 1;
   ++e.loads;
   e.last_load_ms = ms;
@@ -280,7 +269,7 @@ int64_t Registry::cache_ram_locked(int more) const {
   // Every reservation: a model's holds until it is unloaded.
   Places reserved = reserved_locked();
   const int loaded = more + static_cast<int>(std::count_if(entries_.begin(), entries_.end(), [](const Entry& o) {
-    return o.state == ModelState::loaded;
+    return o.state() == ModelState::loaded;
   }));
   // What the budget has left for host memory, shared by the loaded models.
   int64_t left = INT64_MAX;
@@ -350,13 +339,13 @@ void Registry::unload_all(UnloadMode mode, Millis timeout) {
 }
 
 void Registry::unload_locked(std::unique_lock<std::mutex>& lock, Entry& e, UnloadMode mode, Millis timeout) {
-  cv_.wait(lock, [&] { return e.state != ModelState::loading; });
-  if (e.state == ModelState::unloaded) return;
-  if (e.state == ModelState::unloading || e.unload_requested) {
-    cv_.wait(lock, [&] { return e.state == ModelState::unloaded; });
+  cv_.wait(lock, [&] { return e.life != Life::loading; });
+  if (!holds_room(e.life)) return;
+  if (leaving(e.life)) {
+    cv_.wait(lock, [&] { return !leaving(e.life); });
     return;
   }
-  e.unload_requested = true;
+  e.change(LifeEvent::close);
   cv_.notify_all();
   auto cancel_all = [&] {
     for (CancelToken* t : e.tokens) t->cancel(CancelReason::caller);
@@ -372,7 +361,7 @@ void Registry::unload_locked(std::unique_lock<std::mutex>& lock, Entry& e, Unloa
 }
 
 void Registry::finish_unload_locked(std::unique_lock<std::mutex>& lock, Entry& e) {
-  e.state = ModelState::unloading;
+  e.change(LifeEvent::idle);
   std::unique_ptr<Model> model = std::move(e.model);
   cv_.notify_all();
   lock.unlock();
@@ -383,8 +372,7 @@ void Registry::finish_unload_locked(std::unique_lock<std::mutex>& lock, Entry& e
     std::fprintf(stderr, "reclaim: unloaded '%s' in %.0f ms\n", e.spec.name.c_str(), ms);
   }
   lock.lock();
-  e.state = ModelState::unloaded;
-  e.unload_requested = false;
+  e.change(LifeEvent::freed);
   if (e.next_spec) {
     // Reconfigured while loaded: the next load takes the new settings.
     e.spec = std::move(*e.next_spec);
@@ -401,7 +389,7 @@ void Registry::finish_unload_locked(std::unique_lock<std::mutex>& lock, Entry& e
   // The last model gone: what the heap still holds beyond the start is the
   // accelerator's (its pipelines), for the ledger's device-state entry.
   const bool none_loaded = std::all_of(entries_.begin(), entries_.end(), [](const Entry& o) {
-    return o.state == ModelState::unloaded;
+    return !holds_room(o.life);
   });
   if (none_loaded) note_runtime_idle();
   set_cache_ram_locked();
@@ -432,7 +420,7 @@ void Registry::reaper() {
     Steady::time_point next = Steady::time_point::max();
     Entry* expired = nullptr;
     for (Entry& e : entries_) {
-      if (e.state != ModelState::loaded || e.in_flight > 0 || e.unload_requested) continue;
+      if (!may_give_room(e.life) || e.in_flight > 0) continue;
       // Reconfigured: unloaded as soon as it is idle, pinned or not.
       if (e.next_spec || e.retired) {
         expired = &e;
@@ -448,7 +436,7 @@ void Registry::reaper() {
     if (expired) {
       const bool to_reload = expired->next_spec.has_value() && !expired->retired;
       unload_locked(lock, *expired, UnloadMode::drain, Millis(0));
-      if (to_reload && expired->state == ModelState::unloaded) expired->unloaded_to_reload = true;
+      if (to_reload && expired->life == Life::unloaded) expired->change(LifeEvent::mark_reload);
       sweep_locked();
       continue;
     }
@@ -467,11 +455,12 @@ ModelStatus Registry::status_locked(const Entry& e) const {
   s.aliases = e.spec.settings.aliases;
   s.reload_pending = e.next_spec.has_value();
   s.removing = e.retired;
-  s.state = e.state;
+  s.state = e.state();
+  s.life = e.life;
   s.pinned = e.spec.pinned;
   s.in_flight = e.in_flight;
   s.queued = e.queued;
-  s.draining = e.draining;
+  s.draining = e.life == Life::draining;
   int place = 0;
   for (const Turn& t : line_) {
     ++place;
@@ -480,7 +469,7 @@ ModelStatus Registry::status_locked(const Entry& e) const {
   s.load_progress = e.progress;
   s.estimate = e.estimate;
   s.estimate_by_device = e.estimate_at;
-  if (e.model && e.state == ModelState::loaded) {
+  if (e.model && e.state() == ModelState::loaded) {
     s.bytes_by_device = ledger_places_under(e.model->scope().path());
     s.loaded_bytes = sum(s.bytes_by_device);
   }
@@ -489,7 +478,7 @@ ModelStatus Registry::status_locked(const Entry& e) const {
   s.last_load_ms = e.last_load_ms;
   s.last_unload_ms = e.last_unload_ms;
   s.last_use = e.last_use;
-  if (e.state == ModelState::loaded && !e.spec.pinned) {
+  if (e.state() == ModelState::loaded && !e.spec.pinned) {
     const auto now = std::chrono::system_clock::now();
     if (e.in_flight == 0 && e.expires != Steady::time_point::max()) {
       s.expires_at = now + std::chrono::duration_cast<std::chrono::system_clock::duration>(e.expires - Steady::now());
@@ -542,7 +531,7 @@ ModelStatus Registry::status(const std::string& name) const {
 bool Registry::wait_for_state(const std::string& name, ModelState state, Millis timeout) const {
   std::unique_lock lock(mu_);
   const Entry& e = find_locked(name);
-  return cv_.wait_for(lock, timeout, [&] { return e.state == state; });
+  return cv_.wait_for(lock, timeout, [&] { return e.state() == state; });
 }
 
 Places Registry::accounted_by_place() const {

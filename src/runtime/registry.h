@@ -43,14 +43,13 @@
 #include "engine/batcher.h"
 #include "engine/model.h"
 #include "engine/session.h"
+#include "runtime/model_life.h"
 #include "runtime/model_settings.h"
 #include "runtime/room.h"
 #include "runtime/vetter.h"
 
 namespace reclaim {
 
-enum class ModelState { unloaded, loading, loaded, unloading };
-const char* model_state_name(ModelState s);
 
 struct ModelSpec {
   std::string name;  // what requests call it
@@ -160,6 +159,7 @@ struct ModelStatus {
   std::string name, path;
   std::vector<std::string> aliases;
   ModelState state = ModelState::unloaded;
+  Life life = Life::unloaded;  // the same, as the registry's state machine has it (runtime/model_life.h)
   bool pinned = false;
   int in_flight = 0;
   int queued = 0;            // requests waiting: for a running slot, a load or a swap

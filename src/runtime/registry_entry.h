@@ -17,17 +17,12 @@ struct Registry::Entry {
   ModelSpec spec;
   std::optional<ModelSpec> next_spec;  // reconfigured: taken once it is unloaded
   bool retired = false;                // reconfigured away: refused, dropped once unloaded
-  // Unloaded to take new settings: its waiting requests load it again, even
-  // under --no-autoload (it was loaded before); cleared by a load.
-  bool unloaded_to_reload = false;
-  ModelState state = ModelState::unloaded;
+  Life life = Life::unloaded;          // changed only by change(), under the registry's lock
   std::unique_ptr<Model> model;
   int in_flight = 0;
   int queued = 0;                    // requests waiting for it: a slot, a load, a swap
   std::deque<uint64_t> slot_line;    // the requests waiting for a running slot, first first
   std::vector<CancelToken*> tokens;  // of the leases in flight
-  bool unload_requested = false;     // no new leases until it is unloaded
-  bool draining = false;             // chosen to make room: no new leases until its turn
   Steady::time_point drain_since{};
   Steady::time_point loaded_at{};
   // Requests whose turn loaded it and that have not taken their lease yet:
@@ -46,8 +41,13 @@ struct Registry::Entry {
   Steady::time_point expires = Steady::time_point::max();
   std::string last_error;
 
+  void change(LifeEvent event) { life = apply_life(life, event); }
+  // Where a drain or a load leaves it: serving, or waiting for the settings
+  // a reconfiguration gave it.
+  LifeEvent settled(LifeEvent plain, LifeEvent stale) const { return next_spec ? stale : plain; }
+  ModelState state() const { return state_of(life); }
   // The batch of the model while it is loaded, else null.
-  Batcher* loaded_batcher() const { return state == ModelState::loaded && model ? model->batcher() : nullptr; }
+  Batcher* loaded_batcher() const { return state() == ModelState::loaded && model ? model->batcher() : nullptr; }
 };
 
 // A model's place in the line for room, shared by all its waiting requests.

@@ -80,14 +80,15 @@ bool Registry::admit_locked(std::unique_lock<std::mutex>& lock, Entry& e, const 
     // takes nothing more on its old load: its running requests finish, the
     // reaper unloads it, and what came meanwhile loads it with them. Served
     // on, a model never idle would never take them.
-    const bool reloading = e.next_spec.has_value() && e.state == ModelState::loaded;
-    const bool admits = e.state == ModelState::loaded && !e.unload_requested && !e.draining && !reloading;
-    if (reloading && !e.unload_requested) {
+    // Chosen to drain while it waited for new settings, it waits for them
+    // still: its turn comes once the reaper has unloaded it.
+    const bool reloading = e.life == Life::reloading || (e.life == Life::draining && e.next_spec);
+    if (reloading) {
       leave_slot_line();
       drop_turn();
       join_queue();
       if (wait.no_wait) return false;
-    } else if (admits) {
+    } else if (admits_requests(e.life)) {
       drop_turn();
       if (!slot || max_running_of(e) == 0) return true;
       const bool first = e.slot_line.empty() || e.slot_line.front() == slot_ticket;
@@ -102,9 +103,9 @@ bool Registry::admit_locked(std::unique_lock<std::mutex>& lock, Entry& e, const 
         slot_ticket = next_ticket_++;
         e.slot_line.push_back(slot_ticket);
       }
-    } else if (!e.unload_requested && (e.state == ModelState::unloaded || e.state == ModelState::loaded)) {
+    } else if (needs_turn(e.life)) {
       // Unloaded, or loaded but chosen to make room: it needs a turn.
-      if (e.state == ModelState::unloaded && !autoload && !e.unloaded_to_reload) {
+      if (e.life == Life::unloaded && !autoload) {
         throw NotLoaded("model '" + e.spec.name + "' is not loaded, and this server does not load models on request "
                         "(--no-autoload): load it with POST /v1/models/load");
       }
@@ -118,7 +119,7 @@ bool Registry::admit_locked(std::unique_lock<std::mutex>& lock, Entry& e, const 
         turn_id = it->id;
       }
       auto it = find_turn();
-      if (e.state == ModelState::unloaded && it == line_.begin() && !it->acting && take_turn_locked(lock, e, *it)) {
+      if (!holds_room(e.life) && it == line_.begin() && !it->acting && take_turn_locked(lock, e, *it)) {
         // Loaded: the turn's other requests take their leases before
         // anyone may count the model idle.
         e.pending_admits += it->waiters - 1;
@@ -151,7 +152,7 @@ bool Registry::admit_locked(std::unique_lock<std::mutex>& lock, Entry& e, const 
     if (now >= deadline) {
       ++sched_.timeouts;
       throw QueueTimeout("waited " + std::to_string(options_.queue_timeout.count()) + " ms (--queue-timeout) for model '" +
-                         e.spec.name + "' (" + model_state_name(e.state) + (e.draining ? ", draining" : "") + ", " +
+                         e.spec.name + "' (" + life_name(e.life) + ", " +
                          std::to_string(e.in_flight) + " running, " + std::to_string(e.queued) + " waiting)");
     }
   }
@@ -174,7 +175,9 @@ void Registry::erase_turn_locked(std::list<Turn>::iterator it) {
 }
 
 void Registry::stop_draining_locked() {
-  for (Entry& o : entries_) o.draining = false;
+  for (Entry& o : entries_) {
+    if (o.life == Life::draining) o.change(o.settled(LifeEvent::resume, LifeEvent::resume_stale));
+  }
   cv_.notify_all();
 }
 
@@ -212,13 +215,13 @@ bool Registry::make_room_locked(std::unique_lock<std::mutex>& lock, Entry& for_e
         c.reserved += saved;
         if (saved > 0) c.reserved_at[kHostMemory] += saved;
       }
-      c.counted = o.state == ModelState::loaded || o.state == ModelState::loading;
+      c.counted = holds_room(o.life) && o.life != Life::unloading;
       c.pinned = o.spec.pinned;
-      const bool here = o.state == ModelState::loaded && !o.unload_requested;
+      const bool here = may_give_room(o.life);
       c.idle = here && o.in_flight == 0 && o.pending_admits == 0;
       c.busy = here && !c.idle;
-      c.draining = o.draining;
-      c.unloading = o.state == ModelState::unloading || (o.state == ModelState::loaded && o.unload_requested);
+      c.draining = o.life == Life::draining;
+      c.unloading = leaving(o.life);
       c.in_flight = o.in_flight;
       c.last_use = o.last_use_steady;
       Occupant b = c;
@@ -262,14 +265,14 @@ bool Registry::make_room_locked(std::unique_lock<std::mutex>& lock, Entry& for_e
         for (size_t i = 0; i < who.size(); ++i) {
           Entry& o = *who[i];
           if (!chosen[i]) {
-            o.draining = false;
+            if (o.life == Life::draining) o.change(o.settled(LifeEvent::resume, LifeEvent::resume_stale));
             continue;
           }
-          if (!o.draining) {
+          if (o.life != Life::draining) {
             // Its turn is not over: the head waits (and looks again at its
             // next poll).
             if (now < o.loaded_at + options_.min_serve) continue;
-            o.draining = true;
+            o.change(LifeEvent::drain);
             o.drain_since = now;
             ++sched_.drains;
             cv_.notify_all();

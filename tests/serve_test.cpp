@@ -363,6 +363,25 @@ TEST(Serve, MetricsAndPsShowTheModelsAndTheRequests) {
   Result ps = run("ps --url http://127.0.0.1:" + std::to_string(s.port()));
   EXPECT_EQ(ps.status, 0) << ps.out;
   EXPECT_NE(ps.out.find("bpe"), std::string::npos) << ps.out;
+  // Every field of the one table of a model's status is in each view: the
+  // JSON (where it is always shown), /metrics, and ps's columns.
+  const json fields = s.get("/v1/resources")["model_fields"];
+  ASSERT_GT(fields.size(), 20u);
+  const json bpe = s.model("bpe");
+  for (const json& f : fields) {
+    const std::string key = f["key"];
+    if (f["always"] == true) {
+      const json& where = f["group"].is_null() ? bpe : bpe.value(f["group"].get<std::string>(), json::object());
+      EXPECT_TRUE(where.contains(key)) << key << " " << bpe.dump();
+    }
+    if (f["metric"].is_string()) {
+      const std::string metric = f["metric"];
+      EXPECT_NE(m->body.find("# TYPE " + metric + " " + f["metric_type"].get<std::string>() + "\n"), std::string::npos)
+          << metric;
+      EXPECT_NE(m->body.find(metric + "{model=\"bpe\""), std::string::npos) << metric;
+    }
+    if (f["column"].is_string()) EXPECT_NE(ps.out.find(f["column"].get<std::string>()), std::string::npos) << key;
+  }
   EXPECT_NE(ps.out.find("loaded"), std::string::npos) << ps.out;
   EXPECT_NE(ps.out.find("model:bpe/batch"), std::string::npos) << ps.out;
   s.expect_clean();

@@ -15,6 +15,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/size.h"
+#include "server/model_fields.h"
 
 namespace reclaim::cli {
 
@@ -67,23 +68,48 @@ nlohmann::json fetch(const Args& a) {
   return j;
 }
 
-std::string tables(const nlohmann::json& j) {
-  std::string out;
-  add(out, "%-24s %-10s %9s %12s %12s %8s %8s %10s  %s\n", "MODEL", "STATE", "REQUESTS", "BYTES", "ESTIMATE", "LOADS", "PINNED",
-      "UNLOADS IN", "WHERE");
-  for (const auto& m : j["models"]) {
-    // Host and each accelerator apart: they are not one pool.
-    std::string where;
-    if (m.contains("bytes_by_device")) {
-      for (const auto& [place, b] : m["bytes_by_device"].items()) {
-        if (b.get<int64_t>() > 0) where += (where.empty() ? "" : ", ") + place + " " + bytes(b);
+// A field of a model's JSON as `reclaim ps` shows it.
+std::string cell(const server::ModelField& f, const nlohmann::json& m) {
+  const nlohmann::json& v = m.contains(f.key) ? m[f.key] : nlohmann::json();
+  switch (f.unit) {
+    case server::FieldUnit::bytes: return bytes(v);
+    case server::FieldUnit::flag: return v.is_boolean() && v.get<bool>() ? "yes" : "";
+    case server::FieldUnit::deadline: return time_left(m);
+    case server::FieldUnit::places: {
+      // Host and each accelerator apart: they are not one pool.
+      std::string where;
+      if (!v.is_object()) return where;
+      for (const auto& [place, b] : v.items()) {
+        if (b.is_number() && b.get<int64_t>() > 0) where += (where.empty() ? "" : ", ") + place + " " + bytes(b);
       }
+      return where;
     }
-    add(out, "%-24s %-10s %9d %12s %12s %8llu %8s %10s  %s\n", m.value("id", "").c_str(), m.value("state", "").c_str(),
-        m.value("in_flight", 0), bytes(m["bytes"]).c_str(), bytes(m["estimate"]).c_str(),
-        static_cast<unsigned long long>(m.value("loads", uint64_t{0})), m.value("pinned", false) ? "yes" : "",
-        time_left(m).c_str(), where.c_str());
+    default: return v.is_string() ? v.get<std::string>() : v.is_null() ? "" : v.dump();
   }
+}
+
+std::string models_table(const nlohmann::json& models) {
+  std::string out;
+  // Text to the left, numbers to the right; the last column as long as it is.
+  auto row = [&](auto&& text_of) {
+    std::string line;
+    for (const server::ModelField& f : server::model_fields()) {
+      if (!f.column) continue;
+      if (!line.empty()) line += ' ';
+      const std::string t = text_of(f);
+      const bool left = f.unit == server::FieldUnit::text;
+      add(line, left ? "%-*s" : "%*s", f.width, t.c_str());
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    out += line + "\n";
+  };
+  row([](const server::ModelField& f) { return std::string(f.column); });
+  for (const auto& m : models) row([&](const server::ModelField& f) { return cell(f, m); });
+  return out;
+}
+
+std::string tables(const nlohmann::json& j) {
+  std::string out = models_table(j["models"]);
   add(out, "\n%-48s %8s %12s\n", "OWNER", "ENTRIES", "BYTES");
   for (const auto& [owner, t] : j["ledger"]["by_owner"].items()) {
     add(out, "%-48s %8llu %12s\n", owner.c_str(), static_cast<unsigned long long>(t.value("count", uint64_t{0})),

@@ -4,8 +4,11 @@
 #include <sstream>
 
 #include "core/ledger.h"
+#include "server/model_fields.h"
 
 namespace reclaim::server {
+
+using nlohmann::json;
 
 std::string label_value(const std::string& v) {
   std::string out;
@@ -56,6 +59,32 @@ class Writer {
 
 std::string label(const char* key, const std::string& value) { return std::string(key) + "=\"" + label_value(value) + "\""; }
 
+// A sample of a field's JSON value: integers as they are, booleans as 0 or
+// 1, the rest scaled.
+void model_sample(Writer& w, const ModelField& f, const std::string& labels, const json& v) {
+  if (v.is_boolean()) {
+    w.sample(f.metric, labels, v.get<bool>() ? 1 : 0);
+  } else if (v.is_number_unsigned() && f.scale == 1) {
+    w.sample(f.metric, labels, v.get<uint64_t>());
+  } else if (v.is_number_integer() && f.scale == 1) {
+    w.sample(f.metric, labels, v.get<int64_t>());
+  } else if (v.is_number()) {
+    w.sample(f.metric, labels, v.get<double>() * f.scale);
+  }
+}
+
+void model_family(Writer& w, const ModelField& f, const std::vector<ModelStatus>& models) {
+  w.family(f.metric, f.counter ? "counter" : "gauge", f.help);
+  for (const ModelStatus& m : models) {
+    const json v = f.value(m);
+    if (!v.is_object()) {
+      model_sample(w, f, label("model", m.name), v);
+      continue;
+    }
+    for (const auto& [key, x] : v.items()) model_sample(w, f, label("model", m.name) + "," + label(f.per, key), x);
+  }
+}
+
 }  // namespace
 
 std::string metrics_text(const Registry& registry, const Usage& baseline, const RequestCounts& stats, const HttpStats& http) {
@@ -86,47 +115,9 @@ std::string metrics_text(const Registry& registry, const Usage& baseline, const 
   w.sample("reclaim_release_failures_total", "", ledger.failed_releases());
 
   const std::vector<ModelStatus> models = registry.list();
-  auto per_model = [&](const char* name, const char* type, const char* help, auto value) {
-    w.family(name, type, help);
-    for (const ModelStatus& m : models) w.sample(name, label("model", m.name), value(m));
-  };
-  per_model("reclaim_model_loaded", "gauge", "1 when the model is loaded.",
-            [](const ModelStatus& m) { return m.state == ModelState::loaded ? 1 : 0; });
-  per_model("reclaim_model_bytes", "gauge", "Bytes on the ledger under the model (weights, contexts, requests).",
-            [](const ModelStatus& m) { return m.loaded_bytes; });
-  w.family("reclaim_model_device_bytes", "gauge", "Bytes on the ledger under the model, by where they are.");
-  for (const ModelStatus& m : models) {
-    for (const auto& [place, b] : m.bytes_by_device) {
-      w.sample("reclaim_model_device_bytes", label("model", m.name) + "," + label("device", place), b);
-    }
+  for (const ModelField& f : model_fields()) {
+    if (f.metric) model_family(w, f, models);
   }
-  per_model("reclaim_model_estimate_bytes", "gauge", "What the budget counts for the model: the engine's estimate of its last load.",
-            [](const ModelStatus& m) { return m.estimate; });
-  per_model("reclaim_model_in_flight", "gauge", "Requests holding the model.",
-            [](const ModelStatus& m) { return m.in_flight; });
-  per_model("reclaim_model_waiting", "gauge", "Requests waiting for the model: a running slot, its load, or a swap.",
-            [](const ModelStatus& m) { return m.queued; });
-  per_model("reclaim_model_draining", "gauge", "1 while the model is chosen to make room and admits no new request.",
-            [](const ModelStatus& m) { return m.draining ? 1 : 0; });
-  per_model("reclaim_model_sequences_active", "gauge", "The model's batch sequences in use (--parallel).",
-            [](const ModelStatus& m) { return m.sequences_active; });
-  per_model("reclaim_model_decode_steps_total", "counter", "Decodes of the model's batch since its load.",
-            [](const ModelStatus& m) { return m.decode_steps; });
-  per_model("reclaim_model_decoded_tokens_total", "counter", "Tokens in those decodes (prompts and generated).",
-            [](const ModelStatus& m) { return m.decoded_tokens; });
-  per_model("reclaim_model_cached_tokens", "gauge", "Tokens whose KV cells the model's prompt cache keeps.",
-            [](const ModelStatus& m) { return m.cached_tokens; });
-  per_model("reclaim_model_prompt_cache_saved_bytes", "gauge",
-            "Host memory of the sequences the model's prompt cache saved (--cache-ram).",
-            [](const ModelStatus& m) { return m.saved_bytes; });
-  per_model("reclaim_model_loads_total", "counter", "Loads of the model.",
-            [](const ModelStatus& m) { return m.loads; });
-  per_model("reclaim_model_unloads_total", "counter", "Unloads of the model.",
-            [](const ModelStatus& m) { return m.unloads; });
-  per_model("reclaim_model_last_load_seconds", "gauge", "Duration of the model's last load.",
-            [](const ModelStatus& m) { return m.last_load_ms / 1000; });
-  per_model("reclaim_model_last_unload_seconds", "gauge", "Duration of the model's last unload.",
-            [](const ModelStatus& m) { return m.last_unload_ms / 1000; });
 
   w.family("reclaim_memory_budget_bytes", "gauge", "The memory budget (0: none).");
   w.sample("reclaim_memory_budget_bytes", "", registry.options().memory_budget);

@@ -8,6 +8,7 @@
 
 #include "engine/chat.h"
 #include "engine/gguf_summary.h"
+#include "server/model_fields.h"
 #include "server/ollama.h"
 
 namespace reclaim::server {
@@ -102,18 +103,18 @@ json ollama_ps(const Registry& registry) {
     const FileFacts f = file_facts(s.path);
     // Never: Ollama writes a date centuries away; this one is 200 years.
     const auto expires = s.expires_at.value_or(now + std::chrono::hours(24 * 365 * 200));
-    json bytes = json::object();
-    for (const auto& [place, n] : s.bytes_by_device) bytes[place] = n;
-    models.push_back({{"name", s.name},
-                      {"model", s.name},
-                      {"size", s.loaded_bytes},
-                      {"digest", f.digest},
-                      {"details", details_json(summary_of(s.path))},
-                      {"expires_at", ollama_time(expires)},
-                      {"size_vram", device_bytes(s)},
-                      // reclaim's own: the ledger's bytes by place, and what runs.
-                      {"bytes_by_place", bytes},
-                      {"in_flight", s.in_flight}});
+    json m = {{"name", s.name},
+              {"model", s.name},
+              {"size", s.loaded_bytes},
+              {"digest", f.digest},
+              {"details", details_json(summary_of(s.path))},
+              {"expires_at", ollama_time(expires)},
+              {"size_vram", device_bytes(s)}};
+    // reclaim's own, named as /v1/models names them.
+    for (const ModelField& field : model_fields()) {
+      if (field.in_ollama_ps) m[field.key] = field.value(s);
+    }
+    models.push_back(std::move(m));
   }
   return {{"models", models}};
 }

@@ -2,47 +2,11 @@
 
 #include "core/heap.h"
 #include "core/ledger.h"
+#include "server/model_fields.h"
 
 namespace reclaim::server {
 
 using nlohmann::json;
-
-json model_json(const ModelStatus& s) {
-  const auto last_use = std::chrono::duration_cast<std::chrono::seconds>(s.last_use.time_since_epoch()).count();
-  json j = {{"id", s.name},
-            {"aliases", s.aliases},
-            {"reload_pending", s.reload_pending},
-            {"removing", s.removing},
-            {"object", "model"},
-            {"owned_by", "reclaim"},
-            {"created", 0},
-            {"state", model_state_name(s.state)},
-            {"pinned", s.pinned},
-            {"in_flight", s.in_flight},
-            {"queued", s.queued},
-            {"draining", s.draining},
-            {"line_position", s.line_position},
-            {"bytes", s.loaded_bytes},
-            {"bytes_by_device", s.bytes_by_device},
-            {"estimate", s.estimate},
-            {"estimate_by_device", s.estimate_by_device},
-            {"loads", s.loads},
-            {"unloads", s.unloads},
-            {"last_load_ms", s.last_load_ms},
-            {"last_unload_ms", s.last_unload_ms},
-            {"last_use", s.loads ? json(last_use) : json(nullptr)}};
-  if (s.expires_at) {
-    j["expires_at"] = std::chrono::duration_cast<std::chrono::seconds>(s.expires_at->time_since_epoch()).count();
-  }
-  if (s.state == ModelState::loading) j["load_progress"] = s.load_progress;
-  if (!s.last_error.empty()) j["last_error"] = s.last_error;
-  if (s.sequences > 0) {
-    j["batch"] = {{"sequences", s.sequences}, {"active", s.sequences_active}, {"decode_steps", s.decode_steps},
-                  {"decoded_tokens", s.decoded_tokens}, {"cached_tokens", s.cached_tokens},
-                  {"saved", s.saved}, {"saved_bytes", s.saved_bytes}};
-  }
-  return j;
-}
 
 json models_json(const Registry& registry) {
   json data = json::array();
@@ -145,6 +109,7 @@ json resources_json(const Registry& registry, const Baseline& base, int64_t conn
           {"residue", usage_figures_json(residue)},
           {"residue_verdict", residue_verdict(models, total, base, residue)},
           {"models", models},
+          {"model_fields", model_fields_json()},
           {"accounted", registry.accounted()},
           {"memory_budget", registry.options().memory_budget},
           {"memory_budget_by_device", registry.options().memory_budget_at},

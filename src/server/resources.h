@@ -8,11 +8,11 @@
 #include "core/thresholds.h"
 #include "core/usage.h"
 #include "runtime/registry.h"
+#include "server/model_fields.h"
 
 namespace reclaim::server {
 
 nlohmann::json models_json(const Registry& registry);
-nlohmann::json model_json(const ModelStatus& s);
 // What the server held when it started listening, before any model could load.
 struct Baseline {
   Usage usage;

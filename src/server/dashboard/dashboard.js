@@ -100,7 +100,10 @@ function drawModels(models, now) {
         m.last_error ? '<div class="error">' + esc(m.last_error) + '</div>' : '');
     const progress = m.state === 'loading' && m.load_progress !== undefined ? ' ' + Math.round(m.load_progress * 100) + '%' : '';
     c.state.innerHTML = '<span class="state ' + esc(m.state) + '">' + esc(m.state) + progress + '</span>' +
-      (m.draining ? ' <span class="aliases">draining</span>' : '');
+      // The state machine's finer state where it says more (draining,
+      // reloading, closing, reload_due).
+      (m.life && !['serving', 'loading', 'unloaded', 'unloading'].includes(m.life) ?
+        ' <span class="aliases">' + esc(m.life.replace('_', ' ')) + '</span>' : '');
     const host = m.bytes_by_device && m.bytes_by_device.host !== undefined ? m.bytes_by_device.host : m.bytes;
     const device = sum(m.bytes_by_device, 'host');
     c.host.textContent = bytes(host);

@@ -22,7 +22,8 @@ set(reclaim_public_headers
   engine/batcher.h engine/embed.h engine/generate.h engine/gguf_check.h engine/model.h engine/model_info.h
   engine/owners.h engine/placement.h engine/prompt_cache.h engine/prompt_store.h engine/llama_runtime.h
   engine/sampling.h engine/session.h engine/test_model.h engine/vet.h
-  runtime/model_life.h runtime/model_settings.h runtime/model_status.h runtime/registry.h runtime/room.h runtime/vetter.h)
+  runtime/budget.h runtime/catalogue.h runtime/line.h runtime/model_entry.h runtime/model_life.h runtime/model_settings.h
+  runtime/model_status.h runtime/registry.h runtime/registry_errors.h runtime/registry_options.h runtime/room.h runtime/vetter.h)
 foreach(h IN LISTS reclaim_public_headers)
   get_filename_component(dir ${h} DIRECTORY)
   install(FILES ${PROJECT_SOURCE_DIR}/src/${h} DESTINATION include/reclaim/${dir})

@@ -20,6 +20,12 @@
 //
 // Memory is accounted with the engine's estimate before a load (the budget
 // is never exceeded by that accounting) and checked against the ledger after.
+//
+// The registry composes its parts, all used under its one lock: the
+// catalogue of models and their settings (catalogue.h), each model's life
+// (model_life.h), the line for room (line.h) and the budget's counts
+// (budget.h, with room.h's choice). This file pair loads, unloads, leases and
+// reaps; scheduling.cpp admits.
 #pragma once
 
 #include <chrono>
@@ -43,89 +49,17 @@
 #include "engine/batcher.h"
 #include "engine/model.h"
 #include "engine/session.h"
-#include "runtime/model_settings.h"
+#include "runtime/budget.h"
+#include "runtime/catalogue.h"
+#include "runtime/line.h"
 #include "runtime/model_status.h"
+#include "runtime/registry_errors.h"
+#include "runtime/registry_options.h"
 #include "runtime/room.h"
 #include "runtime/vetter.h"
 
 namespace reclaim {
 
-
-struct ModelSpec {
-  std::string name;  // what requests call it
-  std::string path;
-  bool pinned = false;
-  ModelSettings settings;  // its own; unset ones are the registry's options
-  bool operator==(const ModelSpec&) const = default;
-};
-
-using Millis = std::chrono::milliseconds;
-
-struct RegistryOptions {
-  int64_t memory_budget = 0;  // bytes for all loaded models; 0: no budget
-  // Host memory each model's prompt cache may take for the sequences it
-  // saves (--cache-ram; engine/prompt_store.h), within what the budget has
-  // left; 0: none.
-  int64_t cache_ram = 0;
-  Places memory_budget_at;    // bytes for each place named ("host", "vulkan0"): room.h
-  int max_loaded = 0;         // 0: no limit
-  Millis keep_alive = std::chrono::minutes(5);  // < 0: never unload; 0: right after the last request
-  bool autoload = true;       // a request for an unloaded model loads it
-  LoadMode load_mode = LoadMode::mmap;
-  int32_t n_gpu_layers = -1;
-  int32_t n_threads = 0;
-  // A model's requests decode together in one context of this many
-  // sequences, each of session.n_ctx (engine/batcher.h). At least 1.
-  int32_t parallel = 1;
-  // Requests a model runs at once (0: no limit); the next ones wait, up to
-  // max_queue of them a model, and beyond that are refused (QueueFull).
-  int max_running = 0;
-  int max_queue = 32;
-  // How long a request may wait for a slot, a load or a swap (QueueTimeout).
-  Millis queue_timeout = std::chrono::minutes(5);
-  // How long a model chosen to make room lets its requests finish before it
-  // cancels them.
-  Millis drain_timeout = std::chrono::seconds(30);
-  // A busy model that loaded less than this ago keeps admitting requests
-  // while others wait: fewer swaps when traffic alternates between models,
-  // at the cost of that much more wait for the others. 0: pure turns.
-  Millis min_serve{0};
-  SessionOptions session;     // the context a request gets; sized into the estimate
-  // Vets each file in a child process before its first load (runtime/
-  // vetter.h); null: files are trusted, and estimated in this process.
-  std::shared_ptr<Vetter> vetter;
-  bool log = false;           // a line on stderr for each load and unload (also RECLAIM_LOG=models)
-};
-
-// Errors that a server maps to HTTP statuses.
-class UnknownModel : public Error {  // 404
- public:
-  using Error::Error;
-};
-class BadModelName : public Error {  // 400
- public:
-  using Error::Error;
-};
-class NoRoom : public Error {  // 503: the budget cannot take it now
- public:
-  using Error::Error;
-};
-class NotLoaded : public Error {  // 503: unloaded and autoload is off
- public:
-  using Error::Error;
-};
-class QueueFull : public Error {  // 429: too many requests waiting for the model
- public:
-  using Error::Error;
-};
-class QueueTimeout : public Error {  // 503: waited queue_timeout for a slot or a load
- public:
-  using Error::Error;
-};
-class ClientGone : public Error {  // the waiting request's client left
- public:
-  using Error::Error;
-};
 
 // How a request waits in acquire() or load().
 struct Wait {
@@ -192,9 +126,7 @@ class Registry {
   // template, keep-alive, pin, defaults) it takes at once. A name no longer
   // there is refused from now on and dropped once unloaded (a busy model
   // when idle). Throws Error, changing nothing, where the set is not valid.
-  struct Reconfigured {
-    int added = 0, changed = 0, removed = 0;
-  };
+  using Reconfigured = reclaim::Reconfigured;
   Reconfigured reconfigure(std::vector<ModelSpec> models);
   SchedulerStats scheduler() const;
   ModelStatus status(const std::string& name) const;
@@ -214,36 +146,24 @@ class Registry {
 
   // Checks a model name: printable, no backslash, and no empty, '.' or '..'
   // part between slashes (BadModelName).
-  static void check_name(const std::string& name);
+  static void check_name(const std::string& name) { Catalogue::check_name(name); }
   // A model's own settings, by its name or an alias (BadModelName,
   // UnknownModel).
   ModelSettings settings(const std::string& name) const;
 
  private:
-  struct Entry;
-  struct Turn;
   friend class Lease;
+  using Entry = ModelEntry;
 
-  Entry& find_locked(const std::string& name);
-  const Entry& find_locked(const std::string& name) const;
   ModelStatus status_locked(const Entry& e) const;
-  // The context a load plans for, in the estimate and the vetting.
-  llama_context_params context_params(const Entry& e) const;
-  // Names and aliases valid and given once; each context possible.
-  void validate(const std::vector<ModelSpec>& models) const;
-  // Drops the entries removed from the configuration that nothing refers to.
-  void sweep_locked();
-  // The model's own settings over the options.
-  BatcherOptions batching_of(const Entry& e) const;
-  Millis keep_alive_of(const Entry& e) const;
-  int max_running_of(const Entry& e) const;
-  VetRequest vet_request(const Entry& e) const;
   // With the lock held on entry and exit; drops it while loading.
   void load_locked(std::unique_lock<std::mutex>& lock, Entry& e, int64_t estimate);
   ModelLoad model_load(Entry& e);
   // Bytes the budget counts for `e`: the last estimate of the same file, or
   // a new one (in the vetting child). Drops the lock while it estimates.
   int64_t estimate_for_locked(std::unique_lock<std::mutex>& lock, Entry& e);
+  // Sets the keep-alive deadline of a model nobody holds.
+  void set_expiry_locked(Entry& e, std::optional<Millis> keep_alive = std::nullopt);
 
   // Scheduling (runtime/scheduling.cpp). Waits until `e` is loaded and admits
   // requests (and, with `slot`, has a running slot for this one), loading it
@@ -252,21 +172,21 @@ class Registry {
     bool slot = true;      // a request, which takes a running slot; false: a load without one
     bool autoload = true;  // an unloaded model may be loaded for it (--no-autoload: not for requests)
   };
+  class Waiter;
   bool admit_locked(std::unique_lock<std::mutex>& lock, Entry& e, const Wait& wait, Admission admission);
   // Makes room for the model at the head of the line and loads it; false:
   // not yet (busy models are draining, or models are on their way out).
   bool take_turn_locked(std::unique_lock<std::mutex>& lock, Entry& e, Turn& turn);
   // One step towards room for `for_entry`; true: it fits.
   bool make_room_locked(std::unique_lock<std::mutex>& lock, Entry& for_entry, int64_t needed);
+  // Chooses the busy models that drain for room, and cancels the requests
+  // of those that drained past drain_timeout.
+  void drain_locked(const Occupants& occupants, const std::vector<size_t>& chosen);
   // The prompt caches' saves of every loaded model go; false if there were none.
   bool drop_saved_locked();
-  // The host memory each model's prompt cache may save into: --cache-ram,
-  // within what the budget leaves, shared by the loaded models (and `more`
-  // about to load). Set again on every load and unload.
-  int64_t cache_ram_locked(int more) const;
-  Places reserved_locked() const;  // every model's reservation, by place
+  // Sets each loaded model's prompt-cache cap again (budget.h); on every load and unload.
   void set_cache_ram_locked();
-  void erase_turn_locked(std::list<Turn>::iterator it);
+  void erase_turn_locked(Line::Place place);
   void stop_draining_locked();
   void unload_locked(std::unique_lock<std::mutex>& lock, Entry& e, UnloadMode mode, Millis timeout);
   void finish_unload_locked(std::unique_lock<std::mutex>& lock, Entry& e);
@@ -279,9 +199,8 @@ class Registry {
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;  // any state or lease change
   std::condition_variable reaper_cv_;
-  std::list<Entry> entries_;  // stable addresses: leases point into it
-  std::list<Turn> line_;      // models waiting for room, first in first
-  uint64_t next_ticket_ = 1;
+  Catalogue catalogue_;  // after options_, which it reads
+  Line line_;
   SchedulerStats sched_;
   // The buckets Prometheus' clients use by default, from 5 ms to 10 s, and
   // beyond for waits and loads of large models.
@@ -312,7 +231,7 @@ class Lease {
  private:
   friend class Registry;
   Registry* registry_ = nullptr;
-  Registry::Entry* entry_ = nullptr;
+  ModelEntry* entry_ = nullptr;
   Model* model_ = nullptr;
   std::unique_ptr<CancelToken> token_;
   std::optional<Millis> keep_alive_;  // the request's own; none: the model's

@@ -1,160 +1,185 @@
 // The registry's scheduling: who waits, in what order, and which models give
-// up their room (registry.h says the policy; runtime/room.h decides the
-// victims).
+// up their room (registry.h says the policy; runtime/line.h keeps the line,
+// runtime/room.h chooses who goes, runtime/budget.h counts).
 #include <algorithm>
 
 #include "core/defer.h"
 #include "core/ledger.h"
 #include "engine/batcher.h"
-#include "runtime/registry_entry.h"
+#include "runtime/model_entry.h"
+#include "runtime/registry.h"
 #include "runtime/room.h"
 
 namespace reclaim {
 
-bool Registry::admit_locked(std::unique_lock<std::mutex>& lock, Entry& e, const Wait& wait, Admission admission) {
-  const bool slot = admission.slot, autoload = admission.autoload;
-  const Steady::time_point t0 = Steady::now();
-  const Steady::time_point deadline = t0 + options_.queue_timeout;
-  bool waiting = false;     // counted in e.queued
-  uint64_t slot_ticket = 0; // place in e's slot line
-  uint64_t turn_id = 0;     // e's place in the line for room, joined
-  auto find_turn = [&]() -> std::list<Turn>::iterator {
-    for (auto it = line_.begin(); it != line_.end(); ++it) {
-      if (it->id == turn_id) return it;
-    }
-    return line_.end();
-  };
-  // A turn that is gone was gone because it loaded the model.
-  auto drop_turn = [&] {
-    if (turn_id == 0) return;
-    auto it = find_turn();
-    if (it == line_.end()) {
-      if (e.pending_admits > 0) --e.pending_admits;
-    } else if (--it->waiters == 0 && !it->acting) {
-      erase_turn_locked(it);
-    }
-    turn_id = 0;
-  };
-  // Out of e's slot line, for a request that no longer waits for a slot there.
-  auto leave_slot_line = [&] {
-    if (slot_ticket == 0) return;
-    e.slot_line.erase(std::find(e.slot_line.begin(), e.slot_line.end(), slot_ticket));
-    slot_ticket = 0;
-  };
-  Defer leave([&] {
+// One request's wait in admit_locked: its count among those queued for the
+// model, its ticket in the model's line for a running slot and its model's
+// place in the line for room, each given back however the wait ends.
+class Registry::Waiter {
+ public:
+  Waiter(Registry& r, Entry& e, const Wait& wait)
+      : r_(r), e_(e), wait_(wait), t0_(Steady::now()), deadline_(t0_ + r.options_.queue_timeout) {}
+  ~Waiter() {
     drop_turn();
     leave_slot_line();
-    if (waiting) {
-      --e.queued;
-      --sched_.waiting;
-      ++sched_.waits;
-      const double waited = std::chrono::duration<double>(Steady::now() - t0).count();
-      sched_.wait_seconds += waited;
-      waits_.observe(waited);
+    if (waiting_) {
+      --e_.queued;
+      --r_.sched_.waiting;
+      ++r_.sched_.waits;
+      const double waited = std::chrono::duration<double>(Steady::now() - t0_).count();
+      r_.sched_.wait_seconds += waited;
+      r_.waits_.observe(waited);
     }
-    cv_.notify_all();
-    if (e.retired) reaper_cv_.notify_all();  // it may be dropped now
-  });
-  // Refused at once rather than queued past what the model takes: its
-  // running slots and max_queue more (a request that waits for a load will
-  // take a slot when it is done).
-  auto join_queue = [&] {
-    if (waiting) return;
-    const int max_running = max_running_of(e);
-    const int slots = max_running > 0 ? max_running : 1;
-    const int running = max_running > 0 ? std::min(e.in_flight, slots) : 0;
-    if (running + e.queued >= slots + options_.max_queue) {
-      throw QueueFull("model '" + e.spec.name + "' has " + std::to_string(e.in_flight) + " requests running and " +
-                      std::to_string(e.queued) + " waiting, the most it takes; try again shortly");
-    }
-    if (wait.no_wait) return;
-    waiting = true;
-    ++e.queued;
-    ++sched_.waiting;
-  };
+    r_.cv_.notify_all();
+    if (e_.retired) r_.reaper_cv_.notify_all();  // it may be dropped now
+  }
+  Waiter(const Waiter&) = delete;
+  Waiter& operator=(const Waiter&) = delete;
 
-  for (;;) {
-    if (stopping_) throw NoRoom("the server is shutting down");
-    if (turn_id != 0 && find_turn() == line_.end()) drop_turn();
-    // A model that waits to load again with new settings (a reconfiguration)
-    // takes nothing more on its old load: its running requests finish, the
-    // reaper unloads it, and what came meanwhile loads it with them. Served
-    // on, a model never idle would never take them.
-    // Chosen to drain while it waited for new settings, it waits for them
-    // still: its turn comes once the reaper has unloaded it.
-    const bool reloading = e.life == Life::reloading || (e.life == Life::draining && e.next_spec);
-    if (reloading) {
-      leave_slot_line();
-      drop_turn();
-      join_queue();
-      if (wait.no_wait) return false;
-    } else if (admits_requests(e.life)) {
-      drop_turn();
-      if (!slot || max_running_of(e) == 0) return true;
-      const bool first = e.slot_line.empty() || e.slot_line.front() == slot_ticket;
-      if (e.in_flight < max_running_of(e) && first) {
-        if (slot_ticket != 0) e.slot_line.pop_front();
-        slot_ticket = 0;
-        return true;
-      }
-      join_queue();
-      if (wait.no_wait) return false;
-      if (slot_ticket == 0) {
-        slot_ticket = next_ticket_++;
-        e.slot_line.push_back(slot_ticket);
-      }
-    } else if (needs_turn(e.life)) {
-      // Unloaded, or loaded but chosen to make room: it needs a turn.
-      if (e.life == Life::unloaded && !autoload) {
-        throw NotLoaded("model '" + e.spec.name + "' is not loaded, and this server does not load models on request "
-                        "(--no-autoload): load it with POST /v1/models/load");
-      }
-      join_queue();
-      if (wait.no_wait) return false;
-      leave_slot_line();
-      if (turn_id == 0) {
-        auto it = std::find_if(line_.begin(), line_.end(), [&](const Turn& t) { return t.entry == &e; });
-        if (it == line_.end()) it = line_.insert(line_.end(), Turn{next_ticket_++, &e, 0, false});
-        ++it->waiters;
-        turn_id = it->id;
-      }
-      auto it = find_turn();
-      if (!holds_room(e.life) && it == line_.begin() && !it->acting && take_turn_locked(lock, e, *it)) {
-        // Loaded: the turn's other requests take their leases before
-        // anyone may count the model idle.
-        e.pending_admits += it->waiters - 1;
-        line_.erase(it);
-        turn_id = 0;
-        cv_.notify_all();
-        continue;
-      }
-    } else if (wait.no_wait) {
-      join_queue();  // loading, unloading, or an unload waits for its requests
-      return false;
-    } else {
-      join_queue();
+  // Counted among the model's queued requests, or refused (QueueFull): a
+  // model takes its running slots and max_queue more (a request that waits
+  // for a load takes a slot when it is done). Nothing is counted for a
+  // request that does not wait.
+  void join_queue() {
+    if (waiting_) return;
+    const int max_running = r_.catalogue_.max_running_of(e_);
+    const int slots = max_running > 0 ? max_running : 1;
+    const int running = max_running > 0 ? std::min(e_.in_flight, slots) : 0;
+    if (running + e_.queued >= slots + r_.options_.max_queue) {
+      throw QueueFull("model '" + e_.spec.name + "' has " + std::to_string(e_.in_flight) + " requests running and " +
+                      std::to_string(e_.queued) + " waiting, the most it takes; try again shortly");
     }
-    Steady::time_point now = Steady::now();
-    cv_.wait_until(lock, std::min(deadline, now + wait.poll));
-    // Without the lock: the check may write to a slow client. What changed
-    // meanwhile is looked at again from the top.
+    if (wait_.no_wait) return;
+    waiting_ = true;
+    ++e_.queued;
+    ++r_.sched_.waiting;
+  }
+
+  // A running slot on the admitting model, first come first served; true:
+  // taken (or none is needed).
+  bool take_slot(bool slot) {
+    const int max_running = r_.catalogue_.max_running_of(e_);
+    if (!slot || max_running == 0) return true;
+    const bool first = e_.slot_line.empty() || e_.slot_line.front() == slot_ticket_;
+    if (e_.in_flight >= max_running || !first) return false;
+    if (slot_ticket_ != 0) e_.slot_line.pop_front();
+    slot_ticket_ = 0;
+    return true;
+  }
+  void line_up_for_slot() {
+    if (slot_ticket_ != 0) return;
+    slot_ticket_ = r_.line_.next_ticket();
+    e_.slot_line.push_back(slot_ticket_);
+  }
+  // Out of the slot line, for a request that no longer waits for a slot.
+  void leave_slot_line() {
+    if (slot_ticket_ == 0) return;
+    e_.slot_line.erase(std::find(e_.slot_line.begin(), e_.slot_line.end(), slot_ticket_));
+    slot_ticket_ = 0;
+  }
+
+  // The model's place in the line for room, joined if need be.
+  Line::Place turn() {
+    if (turn_id_ == 0) turn_id_ = r_.line_.join(e_);
+    return r_.line_.find(turn_id_);
+  }
+  // A place that is gone was gone because it loaded the model: this request
+  // was one of those admitted with it.
+  void drop_turn() {
+    if (turn_id_ == 0) return;
+    Line::Place place = r_.line_.find(turn_id_);
+    if (place == r_.line_.end()) {
+      if (e_.pending_admits > 0) --e_.pending_admits;
+    } else if (--place->waiters == 0 && !place->acting) {
+      r_.erase_turn_locked(place);
+    }
+    turn_id_ = 0;
+  }
+  void forget_gone_turn() {
+    if (turn_id_ != 0 && r_.line_.find(turn_id_) == r_.line_.end()) drop_turn();
+  }
+  // This request's turn loaded the model and is out of the line.
+  void turn_done() { turn_id_ = 0; }
+
+  // Waits for a change, at most a poll. Without the lock it asks whether the
+  // client is still there (the check may write to a slow client): what
+  // changed meanwhile is looked at again from the top.
+  void pause(std::unique_lock<std::mutex>& lock) {
+    r_.cv_.wait_until(lock, std::min(deadline_, Steady::now() + wait_.poll));
     bool wanted = true;
-    if (wait.still_wanted) {
+    if (wait_.still_wanted) {
       lock.unlock();
-      wanted = wait.still_wanted();
+      wanted = wait_.still_wanted();
       lock.lock();
     }
     if (!wanted) {
-      ++sched_.gone;
-      throw ClientGone("the client left while its request waited for model '" + e.spec.name + "'");
+      ++r_.sched_.gone;
+      throw ClientGone("the client left while its request waited for model '" + e_.spec.name + "'");
     }
-    now = Steady::now();
-    if (now >= deadline) {
-      ++sched_.timeouts;
-      throw QueueTimeout("waited " + std::to_string(options_.queue_timeout.count()) + " ms (--queue-timeout) for model '" +
-                         e.spec.name + "' (" + life_name(e.life) + ", " +
-                         std::to_string(e.in_flight) + " running, " + std::to_string(e.queued) + " waiting)");
+    if (Steady::now() >= deadline_) {
+      ++r_.sched_.timeouts;
+      throw QueueTimeout("waited " + std::to_string(r_.options_.queue_timeout.count()) +
+                         " ms (--queue-timeout) for model '" + e_.spec.name + "' (" + life_name(e_.life) + ", " +
+                         std::to_string(e_.in_flight) + " running, " + std::to_string(e_.queued) + " waiting)");
     }
+  }
+
+ private:
+  Registry& r_;
+  Entry& e_;
+  const Wait& wait_;
+  const Steady::time_point t0_, deadline_;
+  bool waiting_ = false;     // counted in e.queued
+  uint64_t slot_ticket_ = 0; // place in e's slot line
+  uint64_t turn_id_ = 0;     // e's place in the line for room, joined
+};
+
+bool Registry::admit_locked(std::unique_lock<std::mutex>& lock, Entry& e, const Wait& wait, Admission admission) {
+  Waiter w(*this, e, wait);
+  for (;;) {
+    if (stopping_) throw NoRoom("the server is shutting down");
+    w.forget_gone_turn();
+    // A model that waits to load again with new settings (a reconfiguration)
+    // takes nothing more on its old load: its running requests finish, the
+    // reaper unloads it, and what came meanwhile loads it with them. Chosen
+    // to drain meanwhile, it still waits for them.
+    const bool reloading = e.life == Life::reloading || (e.life == Life::draining && e.next_spec);
+    if (reloading) {
+      w.leave_slot_line();
+      w.drop_turn();
+      w.join_queue();
+      if (wait.no_wait) return false;
+    } else if (admits_requests(e.life)) {
+      w.drop_turn();
+      if (w.take_slot(admission.slot)) return true;
+      w.join_queue();
+      if (wait.no_wait) return false;
+      w.line_up_for_slot();
+    } else if (needs_turn(e.life)) {
+      // Unloaded, or chosen to make room: it needs a turn.
+      if (e.life == Life::unloaded && !admission.autoload) {
+        throw NotLoaded("model '" + e.spec.name + "' is not loaded, and this server does not load models on request "
+                        "(--no-autoload): load it with POST /v1/models/load");
+      }
+      w.join_queue();
+      if (wait.no_wait) return false;
+      w.leave_slot_line();
+      Line::Place place = w.turn();
+      if (!holds_room(e.life) && line_.at_head(place) && !place->acting && take_turn_locked(lock, e, *place)) {
+        // Loaded: the turn's other requests take their leases before
+        // anyone may count the model idle.
+        e.pending_admits += place->waiters - 1;
+        line_.erase(place);
+        w.turn_done();
+        cv_.notify_all();
+        continue;
+      }
+    } else {
+      // Loading, unloading, or an unload waits for its requests.
+      w.join_queue();
+      if (wait.no_wait) return false;
+    }
+    w.pause(lock);
   }
 }
 
@@ -167,15 +192,13 @@ bool Registry::take_turn_locked(std::unique_lock<std::mutex>& lock, Entry& e, Tu
   return true;
 }
 
-void Registry::erase_turn_locked(std::list<Turn>::iterator it) {
-  const bool head = it == line_.begin();
-  line_.erase(it);
-  if (head) stop_draining_locked();
+void Registry::erase_turn_locked(Line::Place place) {
+  if (line_.erase(place)) stop_draining_locked();
   cv_.notify_all();
 }
 
 void Registry::stop_draining_locked() {
-  for (Entry& o : entries_) {
+  for (Entry& o : catalogue_.entries()) {
     if (o.life == Life::draining) o.change(o.settled(LifeEvent::resume, LifeEvent::resume_stale));
   }
   cv_.notify_all();
@@ -188,7 +211,7 @@ bool Registry::drop_prompt_cache_saves() {
 
 bool Registry::drop_saved_locked() {
   bool dropped = false;
-  for (Entry& o : entries_) {
+  for (Entry& o : catalogue_.entries()) {
     Batcher* b = o.loaded_batcher();
     if (!b || b->saved_bytes() == 0) continue;
     b->drop_saved();
@@ -199,48 +222,20 @@ bool Registry::drop_saved_locked() {
 }
 
 bool Registry::make_room_locked(std::unique_lock<std::mutex>& lock, Entry& for_entry, int64_t needed) {
+  const MemoryBudget budget{options_.memory_budget, options_.memory_budget_at};
+  auto plan_for = [&](const std::vector<Occupant>& others) {
+    return plan_room(others, for_entry.spec.name, needed, for_entry.estimate_at, budget, options_.max_loaded);
+  };
   bool dropped = false;
   for (;;) {
-    std::vector<Occupant> others, bare;  // bare: without the prompt caches' saves
-    std::vector<Entry*> who;
-    for (Entry& o : entries_) {
-      if (&o == &for_entry) continue;
-      Occupant c;
-      c.name = o.spec.name;
-      c.reserved = o.reserved;
-      c.reserved_at = o.reserved_at;
-      // Its prompt cache's saves are host memory beyond its estimate.
-      if (const Batcher* b = o.loaded_batcher()) {
-        const auto saved = static_cast<int64_t>(b->saved_bytes());
-        c.reserved += saved;
-        if (saved > 0) c.reserved_at[kHostMemory] += saved;
-      }
-      c.counted = holds_room(o.life) && o.life != Life::unloading;
-      c.pinned = o.spec.pinned;
-      const bool here = may_give_room(o.life);
-      c.idle = here && o.in_flight == 0 && o.pending_admits == 0;
-      c.busy = here && !c.idle;
-      c.draining = o.life == Life::draining;
-      c.unloading = leaving(o.life);
-      c.in_flight = o.in_flight;
-      c.last_use = o.last_use_steady;
-      Occupant b = c;
-      b.reserved = o.reserved;
-      b.reserved_at = o.reserved_at;
-      others.push_back(std::move(c));
-      bare.push_back(std::move(b));
-      who.push_back(&o);
-    }
-    const MemoryBudget budget{options_.memory_budget, options_.memory_budget_at};
-    const RoomPlan plan = plan_room(others, for_entry.spec.name, needed, for_entry.estimate_at, budget, options_.max_loaded);
+    const Occupants occupants = occupants_besides(catalogue_.entries(), for_entry);
+    const RoomPlan plan = plan_for(occupants.with_saves);
     // The prompt caches' saves go before any model does: they are the
     // cheapest to lose (a later turn decodes its history again). But only
     // when losing them lets the model in: under --max-loaded, or when a model
     // must go anyway, they would go for nothing (the one evicted takes its
     // own with it, and the loop comes back here after).
-    if (plan.step != RoomPlan::Step::fits && !dropped &&
-        plan_room(bare, for_entry.spec.name, needed, for_entry.estimate_at, budget, options_.max_loaded).step ==
-            RoomPlan::Step::fits &&
+    if (plan.step != RoomPlan::Step::fits && !dropped && plan_for(occupants.bare).step == RoomPlan::Step::fits &&
         drop_saved_locked()) {
       dropped = true;
       continue;
@@ -254,37 +249,40 @@ bool Registry::make_room_locked(std::unique_lock<std::mutex>& lock, Entry& for_e
         return true;
       case RoomPlan::Step::evict:
         ++sched_.evictions;
-        unload_locked(lock, *who[plan.evict], UnloadMode::drain, Millis(0));
+        unload_locked(lock, *occupants.who[plan.evict], UnloadMode::drain, Millis(0));
         continue;
       case RoomPlan::Step::wait:
         return false;
-      case RoomPlan::Step::drain: {
-        const Steady::time_point now = Steady::now();
-        std::vector<bool> chosen(who.size(), false);
-        for (size_t i : plan.drain) chosen[i] = true;
-        for (size_t i = 0; i < who.size(); ++i) {
-          Entry& o = *who[i];
-          if (!chosen[i]) {
-            if (o.life == Life::draining) o.change(o.settled(LifeEvent::resume, LifeEvent::resume_stale));
-            continue;
-          }
-          if (o.life != Life::draining) {
-            // Its turn is not over: the head waits (and looks again at its
-            // next poll).
-            if (now < o.loaded_at + options_.min_serve) continue;
-            o.change(LifeEvent::drain);
-            o.drain_since = now;
-            ++sched_.drains;
-            cv_.notify_all();
-          }
-          // A drain is bounded: past drain_timeout its requests are
-          // cancelled, and stop within one decode step.
-          if (now - o.drain_since >= options_.drain_timeout) {
-            for (CancelToken* t : o.tokens) t->cancel(CancelReason::caller);
-          }
-        }
+      case RoomPlan::Step::drain:
+        drain_locked(occupants, plan.drain);
         return false;
-      }
+    }
+  }
+}
+
+void Registry::drain_locked(const Occupants& occupants, const std::vector<size_t>& drain) {
+  const Steady::time_point now = Steady::now();
+  std::vector<bool> chosen(occupants.who.size(), false);
+  for (size_t i : drain) chosen[i] = true;
+  for (size_t i = 0; i < occupants.who.size(); ++i) {
+    Entry& o = *occupants.who[i];
+    if (!chosen[i]) {
+      if (o.life == Life::draining) o.change(o.settled(LifeEvent::resume, LifeEvent::resume_stale));
+      continue;
+    }
+    if (o.life != Life::draining) {
+      // Its turn is not over: the head waits (and looks again at its next
+      // poll).
+      if (now < o.loaded_at + options_.min_serve) continue;
+      o.change(LifeEvent::drain);
+      o.drain_since = now;
+      ++sched_.drains;
+      cv_.notify_all();
+    }
+    // A drain is bounded: past drain_timeout its requests are cancelled,
+    // and stop within one decode step.
+    if (now - o.drain_since >= options_.drain_timeout) {
+      for (CancelToken* t : o.tokens) t->cancel(CancelReason::caller);
     }
   }
 }

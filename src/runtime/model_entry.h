@@ -1,19 +1,29 @@
-// The registry's record of one model and of a model's place in the line for
-// room: shared by registry.cpp (loads, unloads, leases) and scheduling.cpp.
+// The registry's record of one model: its spec, its life, what it holds and
+// its counts. Every field is read and written under the registry's lock,
+// but `progress`, which the load's thread writes.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <deque>
+#include <memory>
 #include <optional>
+#include <string>
+#include <vector>
 
-#include "runtime/registry.h"
+#include "core/cancel.h"
+#include "engine/batcher.h"
+#include "engine/model.h"
+#include "runtime/model_life.h"
+#include "runtime/registry_options.h"
+#include "runtime/room.h"
 
 namespace reclaim {
 
 using Steady = std::chrono::steady_clock;
 
-struct Registry::Entry {
-  explicit Entry(ModelSpec s) : spec(std::move(s)) {}
+struct ModelEntry {
+  explicit ModelEntry(ModelSpec s) : spec(std::move(s)) {}
   ModelSpec spec;
   std::optional<ModelSpec> next_spec;  // reconfigured: taken once it is unloaded
   bool retired = false;                // reconfigured away: refused, dropped once unloaded
@@ -48,14 +58,6 @@ struct Registry::Entry {
   ModelState state() const { return state_of(life); }
   // The batch of the model while it is loaded, else null.
   Batcher* loaded_batcher() const { return state() == ModelState::loaded && model ? model->batcher() : nullptr; }
-};
-
-// A model's place in the line for room, shared by all its waiting requests.
-struct Registry::Turn {
-  uint64_t id = 0;
-  Entry* entry = nullptr;
-  int waiters = 0;      // the requests that joined it, the acting one included
-  bool acting = false;  // one of them is making room or loading
 };
 
 }  // namespace reclaim

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <future>
 #include <memory>
 
 #include <nlohmann/json.hpp>
@@ -184,6 +185,29 @@ TEST(HostileText, AClientThatLeavesStopsItsTemplatesRender) {
   Served s({"-m", model_with_template("slow", kSlowTemplate), "--preload", "slow"});
   expect_leaving_stops_it(s, "/v1/chat/completions", {{"model", "slow"}, {"messages", json::array({user("hi")})}, {"max_tokens", 2}});
   s.post("/v1/models/unload", {{"model", "slow"}});
+  s.expect_clean();
+}
+
+// A stream whose model is unloaded while its template renders (after its
+// headers: the model was not loaded when it came) ends as any stream cut by
+// an unload does, with finish_reason "length" and [DONE], not an error.
+TEST(HostileText, AStreamCutByAnUnloadWhileItsTemplateRendersEndsAsACutReply) {
+  Served s({"-m", model_with_template("slow", kSlowTemplate)});
+  auto streaming = std::async(std::launch::async, [&] {
+    httplib::Client c("127.0.0.1", s.port());
+    c.set_read_timeout(120, 0);
+    const json body = {{"model", "slow"}, {"messages", json::array({user("hi")})}, {"max_tokens", 2}, {"stream", true}};
+    return c.Post("/v1/chat/completions", body.dump(), "application/json");
+  });
+  // Held: its render (5 s to its deadline) runs now.
+  ASSERT_TRUE(s.until([&] { return s.model("slow")["in_flight"] == 1; }, 60));
+  ASSERT_EQ(s.post("/v1/models/unload", {{"model", "slow"}, {"mode", "cancel"}})->status, 200);
+  auto streamed = streaming.get();
+  ASSERT_TRUE(streamed);
+  EXPECT_EQ(streamed->status, 200);
+  EXPECT_NE(streamed->body.find("\"finish_reason\":\"length\""), std::string::npos) << streamed->body.substr(0, 400);
+  EXPECT_EQ(streamed->body.find("\"error\""), std::string::npos) << streamed->body.substr(0, 400);
+  EXPECT_EQ(streamed->body.substr(streamed->body.size() - 14), "data: [DONE]\n\n");
   s.expect_clean();
 }
 

@@ -177,6 +177,146 @@ GenerateResult run_generation(Running& run, GenerateHooks hooks) {
   return request.model().batcher()->generate(run.req.generate, hooks, &request.cancel());
 }
 
+// Stopped by an unload before its first token (its template's render was
+// cut short): what a generation cancelled by an unload is.
+bool stopped_by_unload(const std::exception& ex) {
+  const auto* api = dynamic_cast<const ApiException*>(&ex);
+  return api && api->error().code == "cancelled";
+}
+
+// A request not streamed: held, generated, answered whole.
+void answer_whole(httplib::Response& res, Running& run) {
+  RequestRun& request = *run.request;
+  try {
+    request.hold(run.req.model, run.keep_alive);
+  } catch (const ClientGone&) {
+    return;  // counted by the run; nobody reads an answer
+  }
+  prepare(run);
+  run.answer->held();
+  const GenerateResult r = run_generation(run, {});
+  switch (request.finish(r)) {
+    case RunEnd::client_gone: return;
+    case RunEnd::cancelled:
+      run.answer->send_error(res, {503, "server_error", "cancelled", "the request was cancelled: its model is being unloaded", 5});
+      return;
+    default: break;
+  }
+  json logprobs;
+  std::optional<ChatReply> reply;
+  if (run.chat) {
+    run.reader.push(r.text);
+    reply = run.reader.finish();
+  }
+  if (run.req.generate.logprobs >= 0) {
+    const llama_vocab* vocab = request.model().vocab();
+    logprobs = run.chat ? chat_logprobs_json(vocab, r.logprobs) : completion_logprobs_json(vocab, r.logprobs);
+  }
+  res.set_content(run.answer->whole(r, reply ? &*reply : nullptr, logprobs), "application/json");
+}
+
+// One stream's body, written as text comes: its sink, whether its client is
+// gone, and the logprobs that wait to ride with the next chunk that carries
+// text (a chat's parser may hold text back a while).
+class Stream {
+ public:
+  Stream(Running& run, httplib::DataSink& sink)
+      : run_(run), sink_(sink), answer_(*run.answer), request_(*run.request) {}
+
+  // The whole body; false where the client left (httplib ends it).
+  bool run(Millis keepalive) {
+    GenerateResult r;
+    try {
+      if (!request_.held()) hold(keepalive);
+      r = run_generation(run_, hooks());
+    } catch (const ClientGone&) {
+      request_.client_left();
+      return false;
+    } catch (const std::exception& ex) {
+      if (!stopped_by_unload(ex)) return fail(ex);
+      r.finish = FinishReason::cancelled;
+    }
+    if (request_.finish(r) == RunEnd::client_gone) return false;
+    std::optional<ChatReply> reply;
+    if (run_.chat) {
+      std::vector<ChatDelta> rest;
+      reply = run_.reader.finish(&rest);
+      send_deltas(rest);
+    }
+    write(answer_.end(r, reply ? &*reply : nullptr, pending_.empty() ? json(nullptr) : take_logprobs()));
+    sink_.done();
+    return true;
+  }
+
+ private:
+  // Waits for the model with an SSE comment every `keepalive`, so that
+  // proxies keep the stream, then checks the prompt.
+  void hold(Millis keepalive) {
+    auto last = std::chrono::steady_clock::now();
+    request_.hold(run_.req.model, run_.keep_alive, [&] {
+      const auto t = std::chrono::steady_clock::now();
+      if (t - last < keepalive) return;
+      last = t;
+      write(answer_.waiting());
+    });
+    prepare(run_);
+    answer_.held();
+  }
+
+  // A failed write means the client is gone: the request stops before its
+  // next decode step. (A request cancelled by an unload still writes its end.)
+  void write(const std::string& data) {
+    if (gone_ || data.empty()) return;
+    if (!sink_.write(data.data(), data.size())) {
+      gone_ = true;
+      request_.client_left();
+    }
+  }
+
+  bool fail(const std::exception& ex) {
+    request_.fail();
+    write(answer_.stream_error(to_api_error(ex)));
+    sink_.done();
+    return true;
+  }
+
+  GenerateHooks hooks() {
+    GenerateHooks h;
+    h.on_logprobs = [this](std::vector<TokenLogprob> entries) {
+      for (TokenLogprob& e : entries) pending_.push_back(std::move(e));
+    };
+    h.on_text = [this](std::string_view text) {
+      if (run_.chat) {
+        send_deltas(run_.reader.push(text));
+      } else {
+        write(answer_.text(text, take_logprobs()));
+      }
+    };
+    return h;
+  }
+
+  json take_logprobs() {
+    if (run_.req.generate.logprobs < 0) return nullptr;
+    const llama_vocab* vocab = request_.model().vocab();
+    json j = run_.chat ? chat_logprobs_json(vocab, pending_) : completion_logprobs_json(vocab, pending_, text_offset_);
+    for (const TokenLogprob& e : pending_) text_offset_ += token_piece(vocab, e.token).size();
+    pending_.clear();
+    return j;
+  }
+
+  void send_deltas(const std::vector<ChatDelta>& deltas) {
+    for (const ChatDelta& d : deltas) write(answer_.delta(d, take_logprobs()));
+  }
+
+  Running& run_;
+  httplib::DataSink& sink_;
+  Answer& answer_;
+  RequestRun& request_;
+  bool gone_ = false;
+  std::vector<TokenLogprob> pending_;
+  size_t text_offset_ = 0;
+};
+
 }  // namespace
 
 ModelSettings Server::settings_of(const std::string& model) {
@@ -192,7 +332,6 @@ ModelSettings Server::settings_of(const std::string& model) {
 void Server::complete(httplib::Response& res, const CompletionCall& call, std::shared_ptr<RequestRun> request) {
   auto run = std::make_shared<Running>();
   run->request = std::move(request);
-  RequestRun& req_run = *run->request;
   run->req = call.parse(json::object());
   // The model's own settings: its template, and the fields a request that
   // leaves them out gets (an unknown model is a 404 here, as it would be
@@ -209,130 +348,23 @@ void Server::complete(httplib::Response& res, const CompletionCall& call, std::s
   } catch (const Error& e) {
     bad_request(e.what());
   }
-
   if (!run->req.stream) {
-    try {
-      req_run.hold(run->req.model, run->keep_alive);
-    } catch (const ClientGone&) {
-      return;  // counted by the run; nobody reads an answer
-    }
-    prepare(*run);
-    run->answer->held();
-    const GenerateResult r = run_generation(*run, {});
-    switch (req_run.finish(r)) {
-      case RunEnd::client_gone: return;
-      case RunEnd::cancelled:
-        run->answer->send_error(res, {503, "server_error", "cancelled", "the request was cancelled: its model is being unloaded", 5});
-        return;
-      default: break;
-    }
-    json logprobs;
-    std::optional<ChatReply> reply;
-    if (run->chat) {
-      run->reader.push(r.text);
-      reply = run->reader.finish();
-    }
-    if (run->req.generate.logprobs >= 0) {
-      const llama_vocab* vocab = req_run.model().vocab();
-      logprobs = run->chat ? chat_logprobs_json(vocab, r.logprobs) : completion_logprobs_json(vocab, r.logprobs);
-    }
-    res.set_content(run->answer->whole(r, reply ? &*reply : nullptr, logprobs), "application/json");
+    answer_whole(res, *run);
     return;
   }
 
   // A model that is ready takes the request at once, and what is wrong with
   // it is a status; a refusal (a full line, an unknown model) is one too.
-  if (req_run.hold_now(run->req.model, run->keep_alive)) {
+  if (run->request->hold_now(run->req.model, run->keep_alive)) {
     prepare(*run);
     run->answer->held();
   }
-
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");  // nginx: pass each event on as it comes
   res.set_chunked_content_provider(
       run->answer->stream_type(),
-      [this, run](size_t, httplib::DataSink& sink) {
-        Answer& answer = *run->answer;
-        RequestRun& request = *run->request;
-        bool gone = false;
-        auto write = [&](const std::string& data) {
-          if (gone || data.empty()) return;
-          // A failed write means the client is gone: the request stops
-          // before its next decode step. (A request cancelled by an unload
-          // still writes its end.)
-          if (!sink.write(data.data(), data.size())) {
-            gone = true;
-            request.client_left();
-          }
-        };
-        auto fail = [&](const std::exception& ex) {
-          request.fail();
-          write(answer.stream_error(to_api_error(ex)));
-          sink.done();
-          return true;
-        };
-        if (!request.held()) {
-          auto last = std::chrono::steady_clock::now();
-          auto keep_writing = [&] {
-            const auto t = std::chrono::steady_clock::now();
-            if (t - last >= options_.stream_keepalive) {
-              last = t;
-              write(answer.waiting());
-            }
-          };
-          try {
-            request.hold(run->req.model, run->keep_alive, keep_writing);
-            prepare(*run);
-            answer.held();
-          } catch (const ClientGone&) {
-            request.client_left();
-            return false;
-          } catch (const std::exception& ex) {
-            return fail(ex);
-          }
-        }
-        GenerateHooks hooks;
-        // Logprobs ride with the next chunk that carries text: a chat's
-        // parser may hold text back a while.
-        std::vector<TokenLogprob> pending;
-        size_t text_offset = 0;
-        auto take_logprobs = [&]() -> json {
-          if (run->req.generate.logprobs < 0) return nullptr;
-          const llama_vocab* vocab = request.model().vocab();
-          json j = run->chat ? chat_logprobs_json(vocab, pending) : completion_logprobs_json(vocab, pending, text_offset);
-          for (const TokenLogprob& e : pending) text_offset += token_piece(vocab, e.token).size();
-          pending.clear();
-          return j;
-        };
-        auto send_deltas = [&](const std::vector<ChatDelta>& deltas) {
-          for (const ChatDelta& d : deltas) write(answer.delta(d, take_logprobs()));
-        };
-        hooks.on_logprobs = [&](std::vector<TokenLogprob> entries) {
-          for (TokenLogprob& e : entries) pending.push_back(std::move(e));
-        };
-        hooks.on_text = [&](std::string_view text) {
-          if (run->chat) {
-            send_deltas(run->reader.push(text));
-          } else {
-            write(answer.text(text, take_logprobs()));
-          }
-        };
-        GenerateResult r;
-        try {
-          r = run_generation(*run, std::move(hooks));
-        } catch (const std::exception& ex) {
-          return fail(ex);
-        }
-        if (request.finish(r) == RunEnd::client_gone) return false;
-        std::optional<ChatReply> reply;
-        if (run->chat) {
-          std::vector<ChatDelta> rest;
-          reply = run->reader.finish(&rest);
-          send_deltas(rest);
-        }
-        write(answer.end(r, reply ? &*reply : nullptr, pending.empty() ? json(nullptr) : take_logprobs()));
-        sink.done();
-        return true;
+      [run, keepalive = options_.stream_keepalive](size_t, httplib::DataSink& sink) {
+        return Stream(*run, sink).run(keepalive);
       },
       // The lease goes with the response, whether or not the stream ran. A
       // stream that did not run to its end without a word of why lost its

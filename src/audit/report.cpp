@@ -41,6 +41,76 @@ std::string usage_line(const Usage& u) {
 
 }  // namespace
 
+namespace {
+
+// Each figure's baseline, peak, after, residue and growth, beside raw
+// llama.cpp's residue and growth where it ran.
+void figures_table(std::ostringstream& out, const ScenarioReport& sr) {
+  const SideResult& r = sr.reclaim;
+  out << pad("figure", 13) << pad("baseline", 12) << pad("peak", 12) << pad("after", 12) << pad("residue", 12)
+      << pad("growth", 12);
+  if (sr.raw) out << "  │" << pad("raw residue", 13) << pad("raw growth", 12);
+  out << "\n";
+  const size_t last = r.cycles.size() - 1;
+  Usage peak = r.cycles[0].peak;
+  for (const CycleRecord& c : r.cycles) peak = max_of(peak, c.peak);
+  for (const Figure& f : usage_figures()) {
+    int64_t res = residue(r, last).*f.field;
+    int64_t growth = res - residue(r, 0).*f.field;
+    out << pad(f.name, 13) << pad(show(r.baseline.*f.field, f.unit), 12) << pad(show(peak.*f.field, f.unit), 12)
+        << pad(show(r.cycles[last].after.*f.field, f.unit), 12) << pad(signed_show(res, f.unit), 12)
+        << pad(signed_show(growth, f.unit), 12);
+    if (sr.raw && !sr.raw->cycles.empty()) {
+      size_t rl = sr.raw->cycles.size() - 1;
+      int64_t rres = residue(*sr.raw, rl).*f.field;
+      out << "  │" << pad(signed_show(rres, f.unit), 13)
+          << pad(signed_show(rres - residue(*sr.raw, 0).*f.field, f.unit), 12);
+    }
+    out << "\n";
+  }
+}
+
+// What stays between requests while the model is loaded, where the
+// scenario has requests.
+void requests_table(std::ostringstream& out, const ScenarioReport& sr) {
+  const SideResult& r = sr.reclaim;
+  if (!request_figures(r, &Usage::anon).present) return;
+  out << "between requests, model loaded (worst cycle): residue after a request "
+      << (r.requests_from_first ? "(from the first wave, which touches the batch's context)" : "") << " / growth first to last\n";
+  for (const Figure& f : usage_figures()) {
+    if (f.field != &Usage::anon && f.field != &Usage::rss && f.field != &Usage::heap_in_use &&
+        f.field != &Usage::fds && f.field != &Usage::threads && f.field != &Usage::maps) {
+      continue;
+    }
+    RequestFigures q = request_figures(r, f.field);
+    out << pad(f.name, 13) << pad(signed_show(q.residue, f.unit), 12) << pad(signed_show(q.growth, f.unit), 12);
+    if (sr.raw) {
+      RequestFigures rq = request_figures(*sr.raw, f.field);
+      out << "  │ raw" << pad(signed_show(rq.residue, f.unit), 12) << pad(signed_show(rq.growth, f.unit), 12);
+    }
+    out << "\n";
+  }
+}
+
+void cancel_counts(std::ostringstream& out, const ScenarioReport& sr) {
+  const SideResult& r = sr.reclaim;
+  auto counts = [](const SideResult& s) {
+    int p = 0, g = 0, n = 0;
+    for (const CycleRecord& c : s.cycles) {
+      p += c.cancelled_in_prompt;
+      g += c.cancelled_in_generation;
+      n += c.not_cancelled;
+    }
+    return std::to_string(p) + " in the prompt, " + std::to_string(g) + " while generating, " + std::to_string(n) +
+           " finished first";
+  };
+  out << "requests cancelled: " << counts(r);
+  if (sr.raw) out << "; raw: " << counts(*sr.raw);
+  out << "\n";
+}
+
+}  // namespace
+
 std::string render_table(const AuditReport& report) {
   std::ostringstream out;
   const CycleOptions& o = report.options.cycle;
@@ -56,59 +126,9 @@ std::string render_table(const AuditReport& report) {
           << "; the shader pipelines it compiled and the driver's state stay until the process exits): "
           << usage_line(r.baseline - r.device_warm_before) << "\n";
     }
-    out << pad("figure", 13) << pad("baseline", 12) << pad("peak", 12) << pad("after", 12) << pad("residue", 12)
-        << pad("growth", 12);
-    if (sr.raw) out << "  │" << pad("raw residue", 13) << pad("raw growth", 12);
-    out << "\n";
-    const size_t last = r.cycles.size() - 1;
-    Usage peak = r.cycles[0].peak;
-    for (const CycleRecord& c : r.cycles) peak = max_of(peak, c.peak);
-    for (const Figure& f : usage_figures()) {
-      int64_t res = residue(r, last).*f.field;
-      int64_t growth = res - residue(r, 0).*f.field;
-      out << pad(f.name, 13) << pad(show(r.baseline.*f.field, f.unit), 12) << pad(show(peak.*f.field, f.unit), 12)
-          << pad(show(r.cycles[last].after.*f.field, f.unit), 12) << pad(signed_show(res, f.unit), 12)
-          << pad(signed_show(growth, f.unit), 12);
-      if (sr.raw && !sr.raw->cycles.empty()) {
-        size_t rl = sr.raw->cycles.size() - 1;
-        int64_t rres = residue(*sr.raw, rl).*f.field;
-        out << "  │" << pad(signed_show(rres, f.unit), 13)
-            << pad(signed_show(rres - residue(*sr.raw, 0).*f.field, f.unit), 12);
-      }
-      out << "\n";
-    }
-    if (request_figures(r, &Usage::anon).present) {
-      out << "between requests, model loaded (worst cycle): residue after a request "
-          << (r.requests_from_first ? "(from the first wave, which touches the batch's context)" : "") << " / growth first to last\n";
-      for (const Figure& f : usage_figures()) {
-        if (f.field != &Usage::anon && f.field != &Usage::rss && f.field != &Usage::heap_in_use &&
-            f.field != &Usage::fds && f.field != &Usage::threads && f.field != &Usage::maps) {
-          continue;
-        }
-        RequestFigures q = request_figures(r, f.field);
-        out << pad(f.name, 13) << pad(signed_show(q.residue, f.unit), 12) << pad(signed_show(q.growth, f.unit), 12);
-        if (sr.raw) {
-          RequestFigures rq = request_figures(*sr.raw, f.field);
-          out << "  │ raw" << pad(signed_show(rq.residue, f.unit), 12) << pad(signed_show(rq.growth, f.unit), 12);
-        }
-        out << "\n";
-      }
-    }
-    if (sr.scenario == Scenario::cancel) {
-      auto counts = [](const SideResult& s) {
-        int p = 0, g = 0, n = 0;
-        for (const CycleRecord& c : s.cycles) {
-          p += c.cancelled_in_prompt;
-          g += c.cancelled_in_generation;
-          n += c.not_cancelled;
-        }
-        return std::to_string(p) + " in the prompt, " + std::to_string(g) + " while generating, " + std::to_string(n) +
-               " finished first";
-      };
-      out << "requests cancelled: " << counts(r);
-      if (sr.raw) out << "; raw: " << counts(*sr.raw);
-      out << "\n";
-    }
+    figures_table(out, sr);
+    requests_table(out, sr);
+    if (sr.scenario == Scenario::cancel) cancel_counts(out, sr);
     char t[160];
     std::snprintf(t, sizeof t, "cycle time (median): %.1f ms", median_seconds(r) * 1e3);
     out << t;

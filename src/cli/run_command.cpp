@@ -99,6 +99,52 @@ void print_timings(const GenerateResult& r) {
                r.finish == FinishReason::cancelled ? (std::string(cancel_reason_name(r.cancel_reason)) + ")").c_str() : "");
 }
 
+// Sized before loading: refuse what cannot fit rather than swap or be
+// killed. Without --ctx the context is 4096, or the training context if
+// that is smaller, which only the file says: then a second estimate. Sets
+// so.n_ctx; returns what the file says of itself.
+ModelInfo size_before_loading(const Args& a, const ModelLoad& load, SessionOptions& so) {
+  const int32_t threads = a.threads > 0 ? a.threads : default_threads();
+  ModelInfo info;
+  so.n_ctx = a.ctx > 0 ? a.ctx : 4096;
+  MemoryEstimate e;
+  if (a.trust_models) {
+    e = estimate_memory(load, session_context_params(so, 0, threads), &info);
+  } else {
+    // In a child first: a file that makes llama.cpp abort ends that child,
+    // and this one says what was wrong (runtime/vetter.h).
+    Vetter vetter(VetterOptions{.program = Vetter::this_program()});
+    VetRequest q;
+    q.path = load.path;
+    q.n_gpu_layers = load.n_gpu_layers;
+    q.context = session_context_params(so, 0, threads);
+    VetReport r = vetter.vet(q);
+    e = r.estimate;
+    info = r.info;
+  }
+  if (a.ctx == 0 && info.n_ctx_train > 0 && info.n_ctx_train < so.n_ctx) {
+    so.n_ctx = info.n_ctx_train;
+    e = estimate_memory(load, session_context_params(so, 0, threads));
+  }
+  check_memory_fits(e, "model '" + load.path + "' with a context of " + std::to_string(so.n_ctx) + " tokens");
+  return info;
+}
+
+GenerateRequest request_of(const Args& a) {
+  GenerateRequest req;
+  req.max_tokens = a.n;
+  req.stop = a.stop;
+  req.sampling.temperature = a.temp;
+  req.sampling.top_k = a.top_k;
+  req.sampling.top_p = a.top_p;
+  req.sampling.min_p = a.min_p;
+  req.sampling.repeat_penalty = a.repeat_penalty;
+  req.sampling.repeat_last_n = a.repeat_last_n;
+  if (a.seed >= 0) req.sampling.seed = static_cast<uint32_t>(a.seed);
+  validate(req.sampling);
+  return req;
+}
+
 int run(const Args& a) {
   const int sources = !a.prompt.empty() + !a.file.empty() + !a.chat.empty();
   if (sources != 1) throw Error("give exactly one of -p PROMPT, -f FILE or --chat MESSAGE...");
@@ -121,47 +167,10 @@ int run(const Args& a) {
   SessionOptions so;
   so.n_batch = a.batch;
   so.n_threads = a.threads;
-  const int32_t threads = a.threads > 0 ? a.threads : default_threads();
-  ModelInfo info;
-  {
-    // Sized before loading: refuse what cannot fit rather than swap or be
-    // killed. Without --ctx the context is 4096, or the training context if
-    // that is smaller, which only the file says: then a second estimate.
-    so.n_ctx = a.ctx > 0 ? a.ctx : 4096;
-    MemoryEstimate e;
-    if (a.trust_models) {
-      e = estimate_memory(load, session_context_params(so, 0, threads), &info);
-    } else {
-      // In a child first: a file that makes llama.cpp abort ends that child,
-      // and this one says what was wrong (runtime/vetter.h).
-      Vetter vetter(VetterOptions{.program = Vetter::this_program()});
-      VetRequest q;
-      q.path = load.path;
-      q.n_gpu_layers = load.n_gpu_layers;
-      q.context = session_context_params(so, 0, threads);
-      VetReport r = vetter.vet(q);
-      e = r.estimate;
-      info = r.info;
-    }
-    if (a.ctx == 0 && info.n_ctx_train > 0 && info.n_ctx_train < so.n_ctx) {
-      so.n_ctx = info.n_ctx_train;
-      e = estimate_memory(load, session_context_params(so, 0, threads));
-    }
-    check_memory_fits(e, "model '" + load.path + "' with a context of " + std::to_string(so.n_ctx) + " tokens");
-  }
+  const ModelInfo info = size_before_loading(a, load, so);
   load.progress = load_progress(info.name.empty() ? load.path : info.name, &g_interrupt, stderr_is_terminal());
 
-  GenerateRequest req;
-  req.max_tokens = a.n;
-  req.stop = a.stop;
-  req.sampling.temperature = a.temp;
-  req.sampling.top_k = a.top_k;
-  req.sampling.top_p = a.top_p;
-  req.sampling.min_p = a.min_p;
-  req.sampling.repeat_penalty = a.repeat_penalty;
-  req.sampling.repeat_last_n = a.repeat_last_n;
-  if (a.seed >= 0) req.sampling.seed = static_cast<uint32_t>(a.seed);
-  validate(req.sampling);
+  GenerateRequest req = request_of(a);
 
   GenerateResult result;
   bool stdout_gone = false;

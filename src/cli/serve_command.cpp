@@ -295,20 +295,7 @@ void serve_until_stopped(RegistryOptions opts, ModelSources& sources, server::Se
   serving.close();
 }
 
-int serve(const Args& a) {
-  // Signals go to one thread that waits for them, so the handler is not
-  // limited to async-signal-safe calls. Blocked before any thread starts.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  sigaddset(&stop_signals, SIGHUP);  // a reload, not a stop
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
-  ::signal(SIGPIPE, SIG_IGN);
-
-  RuntimeOptions ro;
-  ro.verbose = a.verbose;
-  Runtime runtime(ro);
+RegistryOptions registry_options(const Args& a) {
   RegistryOptions opts;
   {
     const MemoryBudget budget = parse_memory_budget(a.memory_budget);
@@ -345,43 +332,46 @@ int serve(const Args& a) {
     vo.log = true;
     opts.vetter = std::make_shared<Vetter>(std::move(vo));
   }
+  return opts;
+}
+
+// The key from a file, less its line end.
+std::string read_api_key_file(const std::string& path) {
+  std::string key;
+  std::FILE* f = std::fopen(path.c_str(), "r");
+  if (!f) throw Error("--api-key-file '" + path + "' cannot be read: " + std::strerror(errno));
+  char buf[512] = {};
+  size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  key.assign(buf, n);
+  while (!key.empty() && (key.back() == '\n' || key.back() == '\r')) key.pop_back();
+  if (key.empty()) throw Error("--api-key-file '" + path + "' is empty");
+  return key;
+}
+
+server::ServerOptions server_options(const Args& a) {
   server::ServerOptions so;
   so.host = a.host;
   so.port = a.port;
   so.api_key = a.api_key;
   if (!a.cors_origins.empty()) so.cors_origins = a.cors_origins;
   for (const std::string& o : so.cors_origins) server::check_cors_origin(o);
-  if (!a.api_key_file.empty()) {
-    std::FILE* f = std::fopen(a.api_key_file.c_str(), "r");
-    if (!f) throw Error("--api-key-file '" + a.api_key_file + "' cannot be read: " + std::strerror(errno));
-    char buf[512] = {};
-    size_t n = std::fread(buf, 1, sizeof buf - 1, f);
-    std::fclose(f);
-    so.api_key.assign(buf, n);
-    while (!so.api_key.empty() && (so.api_key.back() == '\n' || so.api_key.back() == '\r')) so.api_key.pop_back();
-    if (so.api_key.empty()) throw Error("--api-key-file '" + a.api_key_file + "' is empty");
-  }
+  if (!a.api_key_file.empty()) so.api_key = read_api_key_file(a.api_key_file);
   so.chat_template = a.chat_template;
   so.unload_timeout = duration(a.unload_timeout, "unload-timeout");
   so.max_connections = a.max_connections;
   so.read_timeout = duration(a.read_timeout, "read-timeout");
   so.stream_keepalive = duration(a.stream_keepalive, "stream-keepalive");
   so.grammar_token_time = duration(a.grammar_token_time, "grammar-token-time");
-  const Millis shutdown_timeout = duration(a.shutdown_timeout, "shutdown-timeout");
+  return so;
+}
 
-  ModelSources sources(a);
-  if (sources.empty_at_start()) {
-    std::fprintf(stderr, "reclaim: no model given (-m, --models-dir, --config): serving the random-weight test model as "
-                         "'test'; its output is noise\n");
-  }
-  std::vector<std::string> preload = a.preload;
-  for (const ModelSpec& m : sources.all()) {
-    if (m.settings.preload && std::find(preload.begin(), preload.end(), m.name) == preload.end()) preload.push_back(m.name);
-  }
-  serve_until_stopped(std::move(opts), sources, so, preload, stop_signals, a.models_dir, shutdown_timeout);
-  // Read once everything with threads or models is gone: the HTTP threads,
-  // the reaper and the vetter are on the ledger while they live. An
-  // accelerator's runtime state goes only with the process: said apart.
+// What the ledger still holds once everything with threads or models is
+// gone, said on stderr; 1 if anything but an accelerator's runtime state.
+int report_ledger_at_exit() {
+  // The HTTP threads, the reaper and the vetter are on the ledger while
+  // they live. An accelerator's runtime state goes only with the process:
+  // said apart.
   LedgerTotals left;
   std::vector<LedgerEntry> leftover;
   for (LedgerEntry& e : Ledger::process().entries()) {
@@ -401,6 +391,36 @@ int serve(const Args& a) {
                  e.label.c_str(), format_bytes(static_cast<int64_t>(e.bytes)).c_str());
   }
   return left.count == 0 ? 0 : 1;
+}
+
+int serve(const Args& a) {
+  // Signals go to one thread that waits for them, so the handler is not
+  // limited to async-signal-safe calls. Blocked before any thread starts.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGHUP);  // a reload, not a stop
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+
+  RuntimeOptions ro;
+  ro.verbose = a.verbose;
+  Runtime runtime(ro);
+  RegistryOptions opts = registry_options(a);
+  const server::ServerOptions so = server_options(a);
+  const Millis shutdown_timeout = duration(a.shutdown_timeout, "shutdown-timeout");
+  ModelSources sources(a);
+  if (sources.empty_at_start()) {
+    std::fprintf(stderr, "reclaim: no model given (-m, --models-dir, --config): serving the random-weight test model as "
+                         "'test'; its output is noise\n");
+  }
+  std::vector<std::string> preload = a.preload;
+  for (const ModelSpec& m : sources.all()) {
+    if (m.settings.preload && std::find(preload.begin(), preload.end(), m.name) == preload.end()) preload.push_back(m.name);
+  }
+  serve_until_stopped(std::move(opts), sources, so, preload, stop_signals, a.models_dir, shutdown_timeout);
+  return report_ledger_at_exit();
 }
 
 }  // namespace

@@ -351,7 +351,7 @@ void Batcher::loop() noexcept {
   pending_.clear();
 }
 
-bool Batcher::step() {
+bool Batcher::fill_batch() {
   llama_batch& b = *batch_.get();
   b.n_tokens = 0;
   in_batch_.clear();
@@ -392,8 +392,12 @@ bool Batcher::step() {
     j->n_in_step = n;
     in_batch_.push_back(j);
   }
-  if (b.n_tokens == 0) return false;
+  return b.n_tokens > 0;
+}
 
+bool Batcher::step() {
+  if (!fill_batch()) return false;
+  llama_batch& b = *batch_.get();
   int32_t rc;
   {
     std::lock_guard lock(model_.decode_mutex());  // one graph at a time on the model's pool
@@ -415,39 +419,41 @@ bool Batcher::step() {
     }
     return true;
   }
-  for (Job* j : stepped) {
-    const bool was_prompt = !j->generating();
-    j->n_past += j->n_in_step;
-    if (was_prompt) {
-      j->n_fed += j->n_in_step;
-      if (j->generating()) j->gen->prompt_done();
-    }
-    if (j->row < 0) continue;
-    try {
-      const llama_token t = j->gen->sample(ctx_.get(), j->row);
-      std::string text;
-      const bool end = j->gen->accept(t, j->n_past, n_ctx_seq_, text);
-      std::vector<TokenLogprob> logprobs = j->gen->take_logprobs();
-      {
-        std::lock_guard lock(mu_);
-        j->out += text;
-        for (TokenLogprob& lp : logprobs) j->out_logprobs.push_back(std::move(lp));
-        j->generated = static_cast<int32_t>(j->result->tokens.size());
-        j->cv.notify_one();
-      }
-      if (end) {
-        retire(*j, false);
-      } else {
-        j->next = t;
-      }
-    } catch (const Generation::Stopped&) {
-      retire(*j, true);
-    } catch (...) {
-      j->error = std::current_exception();
-      retire(*j, false);
-    }
-  }
+  for (Job* j : stepped) advance(*j);
   return true;
+}
+
+void Batcher::advance(Job& j) {
+  const bool was_prompt = !j.generating();
+  j.n_past += j.n_in_step;
+  if (was_prompt) {
+    j.n_fed += j.n_in_step;
+    if (j.generating()) j.gen->prompt_done();
+  }
+  if (j.row < 0) return;
+  try {
+    const llama_token t = j.gen->sample(ctx_.get(), j.row);
+    std::string text;
+    const bool end = j.gen->accept(t, j.n_past, n_ctx_seq_, text);
+    std::vector<TokenLogprob> logprobs = j.gen->take_logprobs();
+    {
+      std::lock_guard lock(mu_);
+      j.out += text;
+      for (TokenLogprob& lp : logprobs) j.out_logprobs.push_back(std::move(lp));
+      j.generated = static_cast<int32_t>(j.result->tokens.size());
+      j.cv.notify_one();
+    }
+    if (end) {
+      retire(j, false);
+    } else {
+      j.next = t;
+    }
+  } catch (const Generation::Stopped&) {
+    retire(j, true);
+  } catch (...) {
+    j.error = std::current_exception();
+    retire(j, false);
+  }
 }
 
 }  // namespace reclaim

@@ -98,6 +98,12 @@ class Batcher {
   struct Job;
   void loop() noexcept;
   bool step();  // one batch; false when there was nothing to decode
+  // The step's batch from the jobs in their slots, into in_batch_; false:
+  // none has a token to decode.
+  bool fill_batch();
+  // After a decode: each job of the step moves on, and those with an output
+  // row sample their next token.
+  void advance(Job& j);
   void admit();
   void retire(Job& job, bool cancelled) noexcept;
   void retire_and_wait(Job& job) noexcept;

@@ -168,6 +168,106 @@ TestModelShape test_model_shape(const TestModelSpec& spec) {
   return s;
 }
 
+namespace {
+
+// Only the tokenizer: the vocab file's own architecture keys are another
+// model's.
+void copy_tokenizer(const gguf_context* vocab, gguf_context* g) {
+  for (int64_t i = 0; i < gguf_get_n_kv(vocab); ++i) {
+    const char* key = gguf_get_key(vocab, i);
+    if (std::strncmp(key, "tokenizer.", 10) != 0) continue;
+    gguf_type t = gguf_get_kv_type(vocab, i);
+    if (t == GGUF_TYPE_STRING) {
+      gguf_set_val_str(g, key, gguf_get_val_str(vocab, i));
+    } else if (t == GGUF_TYPE_ARRAY) {
+      gguf_type at = gguf_get_arr_type(vocab, i);
+      size_t n = gguf_get_arr_n(vocab, i);
+      if (at == GGUF_TYPE_STRING) {
+        std::vector<const char*> strs(n);
+        for (size_t k = 0; k < n; ++k) strs[k] = gguf_get_arr_str(vocab, i, k);
+        gguf_set_arr_str(g, key, strs.data(), n);
+      } else {
+        gguf_set_arr_data(g, key, at, gguf_get_arr_data(vocab, i), n);
+      }
+    } else {
+      const void* v = gguf_get_val_data(vocab, i);
+      switch (t) {
+        case GGUF_TYPE_UINT32: gguf_set_val_u32(g, key, *static_cast<const uint32_t*>(v)); break;
+        case GGUF_TYPE_INT32: gguf_set_val_i32(g, key, *static_cast<const int32_t*>(v)); break;
+        case GGUF_TYPE_BOOL: gguf_set_val_bool(g, key, *static_cast<const bool*>(v)); break;
+        case GGUF_TYPE_FLOAT32: gguf_set_val_f32(g, key, *static_cast<const float*>(v)); break;
+        case GGUF_TYPE_UINT64: gguf_set_val_u64(g, key, *static_cast<const uint64_t*>(v)); break;
+        default: break;  // no tokenizer key of another scalar type exists today
+      }
+    }
+  }
+}
+
+// The llama architecture's tensors, as descriptors in `meta` and in `g`, in
+// the order their data is written.
+std::vector<ggml_tensor*> add_tensors(ggml_context* meta, gguf_context* g, const TestModelShape& s, ggml_type wtype) {
+  std::vector<ggml_tensor*> tensors;
+  auto add = [&](const std::string& name, ggml_type t, int64_t ne0, int64_t ne1) {
+    ggml_tensor* x = ne1 > 0 ? ggml_new_tensor_2d(meta, t, ne0, ne1) : ggml_new_tensor_1d(meta, t, ne0);
+    ggml_set_name(x, name.c_str());
+    gguf_add_tensor(g, x);
+    tensors.push_back(x);
+  };
+  const int64_t head_dim = s.n_embd / s.n_head, kv = head_dim * s.n_head_kv;
+  add("token_embd.weight", wtype, s.n_embd, s.n_vocab);
+  add("output_norm.weight", GGML_TYPE_F32, s.n_embd, 0);
+  add("output.weight", wtype, s.n_embd, s.n_vocab);
+  for (int64_t l = 0; l < s.n_layer; ++l) {
+    std::string p = "blk." + std::to_string(l) + ".";
+    add(p + "attn_norm.weight", GGML_TYPE_F32, s.n_embd, 0);
+    add(p + "attn_q.weight", wtype, s.n_embd, s.n_embd);
+    add(p + "attn_k.weight", wtype, s.n_embd, kv);
+    add(p + "attn_v.weight", wtype, s.n_embd, kv);
+    add(p + "attn_output.weight", wtype, s.n_embd, s.n_embd);
+    add(p + "ffn_norm.weight", GGML_TYPE_F32, s.n_embd, 0);
+    add(p + "ffn_gate.weight", wtype, s.n_embd, s.n_ff);
+    add(p + "ffn_down.weight", wtype, s.n_ff, s.n_embd);
+    add(p + "ffn_up.weight", wtype, s.n_embd, s.n_ff);
+  }
+  return tensors;
+}
+
+// Each tensor's random weights (norms: ones), row by row in its type, padded
+// to the file's alignment.
+void write_weights(std::FILE* f, const std::string& tmp, const std::vector<ggml_tensor*>& tensors, size_t align,
+                   uint64_t seed) {
+  std::vector<float> row;
+  std::vector<uint8_t> packed;
+  const std::vector<uint8_t> zeros(align, 0);
+  for (ggml_tensor* x : tensors) {
+    const int64_t ne0 = x->ne[0], rows = ggml_nrows(x);
+    Rng rng{hash_name(x->name, seed)};
+    const bool is_norm = ggml_n_dims(x) == 1;
+    // Uniform weights with std 1/sqrt(fan-in) keep activations in range through any depth.
+    const float scale = is_norm ? 0.0f : std::sqrt(3.0f / static_cast<float>(ne0));
+    row.resize(static_cast<size_t>(ne0));
+    packed.resize(ggml_row_size(x->type, ne0));
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t i = 0; i < ne0; ++i) row[static_cast<size_t>(i)] = is_norm ? 1.0f : rng.uniform() * scale;
+      if (x->type == GGML_TYPE_F32) {
+        write_all(f, row.data(), row.size() * sizeof(float), tmp);
+        continue;
+      }
+      if (x->type == GGML_TYPE_F16) {
+        ggml_fp32_to_fp16_row(row.data(), reinterpret_cast<ggml_fp16_t*>(packed.data()), ne0);
+      } else {
+        ggml_quantize_chunk(x->type, row.data(), packed.data(), 0, 1, ne0, nullptr);
+      }
+      write_all(f, packed.data(), packed.size(), tmp);
+    }
+    size_t n = ggml_nbytes(x);
+    size_t pad = (align - n % align) % align;
+    write_all(f, zeros.data(), pad, tmp);
+  }
+}
+
+}  // namespace
+
 TestModelShape make_test_model(const TestModelSpec& spec, const std::string& out) {
   ggml_type wtype = type_from_name(spec.type);
   std::string vocab_path = vocab_file(spec.vocab);
@@ -192,65 +292,14 @@ TestModelShape make_test_model(const TestModelSpec& spec, const std::string& out
   gguf_set_val_u32(g.get(), "llama.vocab_size", static_cast<uint32_t>(s.n_vocab));
   // As llama.cpp's tests/test-llama-archs writes it: token ids in and out.
   if (vocab_path.empty()) gguf_set_val_str(g.get(), "tokenizer.ggml.model", "no_vocab");
-  // Only the tokenizer: the vocab file's own architecture keys are another model's.
-  for (int64_t i = 0; i < gguf_get_n_kv(vocab.get()); ++i) {
-    const char* key = gguf_get_key(vocab.get(), i);
-    if (std::strncmp(key, "tokenizer.", 10) != 0) continue;
-    gguf_type t = gguf_get_kv_type(vocab.get(), i);
-    if (t == GGUF_TYPE_STRING) {
-      gguf_set_val_str(g.get(), key, gguf_get_val_str(vocab.get(), i));
-    } else if (t == GGUF_TYPE_ARRAY) {
-      gguf_type at = gguf_get_arr_type(vocab.get(), i);
-      size_t n = gguf_get_arr_n(vocab.get(), i);
-      if (at == GGUF_TYPE_STRING) {
-        std::vector<const char*> strs(n);
-        for (size_t k = 0; k < n; ++k) strs[k] = gguf_get_arr_str(vocab.get(), i, k);
-        gguf_set_arr_str(g.get(), key, strs.data(), n);
-      } else {
-        gguf_set_arr_data(g.get(), key, at, gguf_get_arr_data(vocab.get(), i), n);
-      }
-    } else {
-      const void* v = gguf_get_val_data(vocab.get(), i);
-      switch (t) {
-        case GGUF_TYPE_UINT32: gguf_set_val_u32(g.get(), key, *static_cast<const uint32_t*>(v)); break;
-        case GGUF_TYPE_INT32: gguf_set_val_i32(g.get(), key, *static_cast<const int32_t*>(v)); break;
-        case GGUF_TYPE_BOOL: gguf_set_val_bool(g.get(), key, *static_cast<const bool*>(v)); break;
-        case GGUF_TYPE_FLOAT32: gguf_set_val_f32(g.get(), key, *static_cast<const float*>(v)); break;
-        case GGUF_TYPE_UINT64: gguf_set_val_u64(g.get(), key, *static_cast<const uint64_t*>(v)); break;
-        default: break;  // no tokenizer key of another scalar type exists today
-      }
-    }
-  }
-
+  copy_tokenizer(vocab.get(), g.get());
   if (!spec.chat_template.empty()) gguf_set_val_str(g.get(), "tokenizer.chat_template", spec.chat_template.c_str());
 
   // Tensor descriptors only: the data is generated and written one tensor at a time.
   const int64_t n_tensors = 3 + 9 * s.n_layer;
   ggml_init_params ip{static_cast<size_t>(n_tensors + 1) * ggml_tensor_overhead(), nullptr, true};
   GgmlPtr meta(ggml_init(ip));
-  std::vector<ggml_tensor*> tensors;
-  auto add = [&](const std::string& name, ggml_type t, int64_t ne0, int64_t ne1) {
-    ggml_tensor* x = ne1 > 0 ? ggml_new_tensor_2d(meta.get(), t, ne0, ne1) : ggml_new_tensor_1d(meta.get(), t, ne0);
-    ggml_set_name(x, name.c_str());
-    gguf_add_tensor(g.get(), x);
-    tensors.push_back(x);
-  };
-  const int64_t head_dim = s.n_embd / s.n_head, kv = head_dim * s.n_head_kv;
-  add("token_embd.weight", wtype, s.n_embd, s.n_vocab);
-  add("output_norm.weight", GGML_TYPE_F32, s.n_embd, 0);
-  add("output.weight", wtype, s.n_embd, s.n_vocab);
-  for (int64_t l = 0; l < s.n_layer; ++l) {
-    std::string p = "blk." + std::to_string(l) + ".";
-    add(p + "attn_norm.weight", GGML_TYPE_F32, s.n_embd, 0);
-    add(p + "attn_q.weight", wtype, s.n_embd, s.n_embd);
-    add(p + "attn_k.weight", wtype, s.n_embd, kv);
-    add(p + "attn_v.weight", wtype, s.n_embd, kv);
-    add(p + "attn_output.weight", wtype, s.n_embd, s.n_embd);
-    add(p + "ffn_norm.weight", GGML_TYPE_F32, s.n_embd, 0);
-    add(p + "ffn_gate.weight", wtype, s.n_embd, s.n_ff);
-    add(p + "ffn_down.weight", wtype, s.n_ff, s.n_embd);
-    add(p + "ffn_up.weight", wtype, s.n_embd, s.n_ff);
-  }
+  const std::vector<ggml_tensor*> tensors = add_tensors(meta.get(), g.get(), s, wtype);
 
   std::string tmp = out + ".tmp." + std::to_string(::getpid());
   std::FILE* f = std::fopen(tmp.c_str(), "wb");
@@ -265,35 +314,7 @@ TestModelShape make_test_model(const TestModelSpec& spec, const std::string& out
   gguf_get_meta_data(g.get(), header.data());
   write_all(f, header.data(), header.size(), tmp);
 
-  const size_t align = gguf_get_alignment(g.get());
-  std::vector<float> row;
-  std::vector<uint8_t> packed;
-  const std::vector<uint8_t> zeros(align, 0);
-  for (ggml_tensor* x : tensors) {
-    const int64_t ne0 = x->ne[0], rows = ggml_nrows(x);
-    Rng rng{hash_name(x->name, spec.seed)};
-    const bool is_norm = ggml_n_dims(x) == 1;
-    // Uniform weights with std 1/sqrt(fan-in) keep activations in range through any depth.
-    const float scale = is_norm ? 0.0f : std::sqrt(3.0f / static_cast<float>(ne0));
-    row.resize(static_cast<size_t>(ne0));
-    packed.resize(ggml_row_size(x->type, ne0));
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t i = 0; i < ne0; ++i) row[static_cast<size_t>(i)] = is_norm ? 1.0f : rng.uniform() * scale;
-      if (x->type == GGML_TYPE_F32) {
-        write_all(f, row.data(), row.size() * sizeof(float), tmp);
-        continue;
-      }
-      if (x->type == GGML_TYPE_F16) {
-        ggml_fp32_to_fp16_row(row.data(), reinterpret_cast<ggml_fp16_t*>(packed.data()), ne0);
-      } else {
-        ggml_quantize_chunk(x->type, row.data(), packed.data(), 0, 1, ne0, nullptr);
-      }
-      write_all(f, packed.data(), packed.size(), tmp);
-    }
-    size_t n = ggml_nbytes(x);
-    size_t pad = (align - n % align) % align;
-    write_all(f, zeros.data(), pad, tmp);
-  }
+  write_weights(f, tmp, tensors, gguf_get_alignment(g.get()), spec.seed);
   if (std::fflush(f) != 0) throw Error("cannot write '" + tmp + "': " + std::strerror(errno));
   if (std::rename(tmp.c_str(), out.c_str()) != 0) {
     throw Error("cannot rename '" + tmp + "' to '" + out + "': " + std::strerror(errno));

@@ -38,6 +38,12 @@ class Writer {
     if (!labels.empty()) out_ << '{' << labels << '}';
     out_ << ' ' << value << '\n';
   }
+  // A family of one sample without labels.
+  template <class V>
+  void single(const char* name, const char* type, const char* help, V value) {
+    family(name, type, help);
+    sample(name, "", value);
+  }
   // A histogram's buckets (cumulative, then +Inf), sum and count.
   void histogram(const char* name, const char* help, const HistogramCounts& h) {
     family(name, "histogram", help);
@@ -87,15 +93,18 @@ void model_family(Writer& w, const ModelField& f, const std::vector<ModelStatus>
 
 }  // namespace
 
-std::string metrics_text(const Registry& registry, const Usage& baseline, const RequestCounts& stats, const HttpStats& http) {
-  Writer w;
+namespace {
+
+void process_families(Writer& w, const Usage& baseline) {
   const Usage now = Usage::capture();
   const Usage residue = now - baseline;
   w.family("reclaim_process_figure", "gauge", "Process figures from /proc/self, the heap and the accelerators (bytes or counts).");
   for (const Figure& f : usage_figures()) w.sample("reclaim_process_figure", label("figure", f.name), now.*f.field);
   w.family("reclaim_process_residue", "gauge", "Process figures minus the baseline taken when the server started listening.");
   for (const Figure& f : usage_figures()) w.sample("reclaim_process_residue", label("figure", f.name), residue.*f.field);
+}
 
+void ledger_families(Writer& w) {
   Ledger& ledger = Ledger::process();
   const auto by_kind = ledger.by_kind();
   w.family("reclaim_resources", "gauge", "Live resources on the ledger, by kind.");
@@ -113,12 +122,13 @@ std::string metrics_text(const Registry& registry, const Usage& baseline, const 
   for (const auto& [place, t] : ledger.by_device()) w.sample("reclaim_ledger_device_bytes", label("device", place), t.bytes);
   w.family("reclaim_release_failures_total", "counter", "Releases whose cleanup threw.");
   w.sample("reclaim_release_failures_total", "", ledger.failed_releases());
+}
 
+void registry_families(Writer& w, const Registry& registry) {
   const std::vector<ModelStatus> models = registry.list();
   for (const ModelField& f : model_fields()) {
     if (f.metric) model_family(w, f, models);
   }
-
   w.family("reclaim_memory_budget_bytes", "gauge", "The memory budget (0: none).");
   w.sample("reclaim_memory_budget_bytes", "", registry.options().memory_budget);
   w.family("reclaim_memory_budget_device_bytes", "gauge", "The memory budget of each place given one (host, an accelerator).");
@@ -127,7 +137,9 @@ std::string metrics_text(const Registry& registry, const Usage& baseline, const 
   }
   w.family("reclaim_memory_accounted_bytes", "gauge", "What the budget counts now.");
   w.sample("reclaim_memory_accounted_bytes", "", registry.accounted());
+}
 
+void request_families(Writer& w, const RequestCounts& stats) {
   w.family("reclaim_requests_total", "counter", "Completion requests by outcome.");
   w.sample("reclaim_requests_total", label("outcome", "ok"), stats.ok.load());
   w.sample("reclaim_requests_total", label("outcome", "error"), stats.error.load());
@@ -135,34 +147,6 @@ std::string metrics_text(const Registry& registry, const Usage& baseline, const 
   w.sample("reclaim_requests_total", label("outcome", "client_gone"), stats.client_gone.load());
   w.family("reclaim_requests_in_flight", "gauge", "Completion requests being served or waiting for their model.");
   w.sample("reclaim_requests_in_flight", "", stats.in_flight.load());
-  const SchedulerStats sched = registry.scheduler();
-  auto single = [&](const char* name, const char* type, const char* help, auto value) {
-    w.family(name, type, help);
-    w.sample(name, "", value);
-  };
-  single("reclaim_queue_waiting", "gauge", "Requests waiting now for a slot, a load or a swap.", sched.waiting);
-  w.histogram("reclaim_queue_wait_seconds", "Time requests waited for a slot, a load or a swap.", sched.wait_histogram);
-  w.histogram("reclaim_model_load_seconds", "Time each load of a model took.", sched.load_histogram);
-  w.histogram("reclaim_model_unload_seconds", "Time each unload of a model took.", sched.unload_histogram);
-  w.histogram("reclaim_first_token_seconds", "Time from a completion's start on its model (after any wait for it) to its first token.",
-              stats.first_token_seconds.counts());
-  w.histogram("reclaim_generation_tokens_per_second", "Each completion's generation rate, in tokens a second.",
-              stats.tokens_per_second.counts());
-  single("reclaim_queue_timeouts_total", "counter", "Requests that waited past --queue-timeout.", sched.timeouts);
-  single("reclaim_queue_client_gone_total", "counter", "Requests whose client left while they waited.", sched.gone);
-  single("reclaim_swaps_total", "counter", "Models unloaded to make room for a model that waited.", sched.evictions);
-  single("reclaim_drains_total", "counter", "Busy models chosen to drain to make room.", sched.drains);
-  single("reclaim_prompt_cache_drops_total", "counter",
-         "Times the prompt caches' saves were dropped to make room, before any model.", sched.cache_drops);
-  w.family("reclaim_http_threads", "gauge", "HTTP threads running, and those busy with a connection.");
-  w.sample("reclaim_http_threads", label("state", "all"), http.threads);
-  w.sample("reclaim_http_threads", label("state", "busy"), http.busy);
-  single("reclaim_http_threads_peak", "gauge", "Most HTTP threads at once since the start.", http.peak);
-  single("reclaim_http_connections_waiting", "gauge", "Connections waiting for a thread (past --max-connections).",
-         http.queued);
-  single("reclaim_http_connections", "gauge", "Open connections.", http.connections);
-  single("reclaim_http_connections_cut_total", "counter",
-         "Connections cut for taking longer than --read-timeout over a request.", http.cut);
   w.family("reclaim_tokens_total", "counter", "Tokens processed.");
   w.sample("reclaim_tokens_total", label("type", "prompt"), stats.prompt_tokens.load());
   w.sample("reclaim_tokens_total", label("type", "completion"), stats.completion_tokens.load());
@@ -171,6 +155,48 @@ std::string metrics_text(const Registry& registry, const Usage& baseline, const 
   const uint64_t prompt = stats.prompt_tokens.load(), cached = std::min(stats.cached_prompt_tokens.load(), prompt);
   w.sample("reclaim_prompt_tokens_total", label("source", "cache"), cached);
   w.sample("reclaim_prompt_tokens_total", label("source", "decoded"), prompt - cached);
+  w.histogram("reclaim_first_token_seconds", "Time from a completion's start on its model (after any wait for it) to its first token.",
+              stats.first_token_seconds.counts());
+  w.histogram("reclaim_generation_tokens_per_second", "Each completion's generation rate, in tokens a second.",
+              stats.tokens_per_second.counts());
+}
+
+void scheduler_families(Writer& w, const Registry& registry) {
+  const SchedulerStats sched = registry.scheduler();
+  w.single("reclaim_queue_waiting", "gauge", "Requests waiting now for a slot, a load or a swap.", sched.waiting);
+  w.histogram("reclaim_queue_wait_seconds", "Time requests waited for a slot, a load or a swap.", sched.wait_histogram);
+  w.histogram("reclaim_model_load_seconds", "Time each load of a model took.", sched.load_histogram);
+  w.histogram("reclaim_model_unload_seconds", "Time each unload of a model took.", sched.unload_histogram);
+  w.single("reclaim_queue_timeouts_total", "counter", "Requests that waited past --queue-timeout.", sched.timeouts);
+  w.single("reclaim_queue_client_gone_total", "counter", "Requests whose client left while they waited.", sched.gone);
+  w.single("reclaim_swaps_total", "counter", "Models unloaded to make room for a model that waited.", sched.evictions);
+  w.single("reclaim_drains_total", "counter", "Busy models chosen to drain to make room.", sched.drains);
+  w.single("reclaim_prompt_cache_drops_total", "counter",
+         "Times the prompt caches' saves were dropped to make room, before any model.", sched.cache_drops);
+}
+
+void http_families(Writer& w, const HttpStats& http) {
+  w.family("reclaim_http_threads", "gauge", "HTTP threads running, and those busy with a connection.");
+  w.sample("reclaim_http_threads", label("state", "all"), http.threads);
+  w.sample("reclaim_http_threads", label("state", "busy"), http.busy);
+  w.single("reclaim_http_threads_peak", "gauge", "Most HTTP threads at once since the start.", http.peak);
+  w.single("reclaim_http_connections_waiting", "gauge", "Connections waiting for a thread (past --max-connections).",
+         http.queued);
+  w.single("reclaim_http_connections", "gauge", "Open connections.", http.connections);
+  w.single("reclaim_http_connections_cut_total", "counter",
+         "Connections cut for taking longer than --read-timeout over a request.", http.cut);
+}
+
+}  // namespace
+
+std::string metrics_text(const Registry& registry, const Usage& baseline, const RequestCounts& stats, const HttpStats& http) {
+  Writer w;
+  process_families(w, baseline);
+  ledger_families(w);
+  registry_families(w, registry);
+  request_families(w, stats);
+  scheduler_families(w, registry);
+  http_families(w, http);
   return w.str();
 }
 

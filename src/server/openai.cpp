@@ -104,6 +104,38 @@ int64_t parse_duration_ms(const json& v, const std::string& field) {
 
 namespace {
 
+// OpenAI's shape: {"token id": bias from -100 to 100}. Whether the ids are
+// in the model's vocabulary is known once it is (server/completion.cpp).
+void parse_logit_bias(const json& lb, SamplingParams& sampling) {
+  if (!lb.is_object()) bad_field("logit_bias", "'logit_bias' must be an object of token ids to numbers");
+  for (const auto& [key, value] : lb.items()) {
+    size_t used = 0;
+    long long id = -1;
+    try {
+      id = std::stoll(key, &used);
+    } catch (...) {
+      used = 0;
+    }
+    if (used != key.size() || id < 0 || id > INT32_MAX) {
+      bad_field("logit_bias", "'logit_bias' has key '" + key + "', which is not a token id");
+    }
+    if (!value.is_number() || value.get<double>() < -100 || value.get<double>() > 100) {
+      bad_field("logit_bias", "'logit_bias' values must be numbers from -100 to 100");
+    }
+    sampling.logit_bias.push_back({static_cast<llama_token>(id), value.get<float>()});
+  }
+}
+
+void parse_stop(const json& s, std::vector<std::string>& stop) {
+  if (s.is_string()) {
+    stop.push_back(s.get<std::string>());
+  } else if (s.is_array() && s.size() <= 4 && std::all_of(s.begin(), s.end(), [](const json& x) { return x.is_string(); })) {
+    for (const json& x : s) stop.push_back(x.get<std::string>());
+  } else {
+    bad_request("'stop' must be a string or an array of up to 4 strings");
+  }
+}
+
 void parse_sampling(const json& j, bool chat, GenerateRequest& g) {
   // OpenAI's defaults: temperature 1, top_p 1, no other filter.
   g.sampling = SamplingParams{};
@@ -158,38 +190,8 @@ void parse_sampling(const json& j, bool chat, GenerateRequest& g) {
     if (n < 0) bad_field("repeat_last_n", "'repeat_last_n' must be >= 0");
     g.sampling.repeat_last_n = n;
   }
-  if (has_field(j, "logit_bias")) {
-    // OpenAI's shape: {"token id": bias from -100 to 100}. Whether the ids
-    // are in the model's vocabulary is known once it is (server/completion.cpp).
-    const json& lb = j["logit_bias"];
-    if (!lb.is_object()) bad_field("logit_bias", "'logit_bias' must be an object of token ids to numbers");
-    for (const auto& [key, value] : lb.items()) {
-      size_t used = 0;
-      long long id = -1;
-      try {
-        id = std::stoll(key, &used);
-      } catch (...) {
-        used = 0;
-      }
-      if (used != key.size() || id < 0 || id > INT32_MAX) {
-        bad_field("logit_bias", "'logit_bias' has key '" + key + "', which is not a token id");
-      }
-      if (!value.is_number() || value.get<double>() < -100 || value.get<double>() > 100) {
-        bad_field("logit_bias", "'logit_bias' values must be numbers from -100 to 100");
-      }
-      g.sampling.logit_bias.push_back({static_cast<llama_token>(id), value.get<float>()});
-    }
-  }
-  if (j.contains("stop") && !j["stop"].is_null()) {
-    const json& s = j["stop"];
-    if (s.is_string()) {
-      g.stop.push_back(s.get<std::string>());
-    } else if (s.is_array() && s.size() <= 4 && std::all_of(s.begin(), s.end(), [](const json& x) { return x.is_string(); })) {
-      for (const json& x : s) g.stop.push_back(x.get<std::string>());
-    } else {
-      bad_request("'stop' must be a string or an array of up to 4 strings");
-    }
-  }
+  if (has_field(j, "logit_bias")) parse_logit_bias(j["logit_bias"], g.sampling);
+  if (has_field(j, "stop")) parse_stop(j["stop"], g.stop);
 }
 
 // Chat: "logprobs": true with "top_logprobs": 0..20. Completions (the

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <optional>
 #include <sstream>
 
 #include "core/error.h"
@@ -62,90 +63,133 @@ struct Held {
 
 }  // namespace
 
-RoomPlan plan_room(const std::vector<Occupant>& others, const std::string& name, int64_t needed, const Places& needed_at,
-                   const MemoryBudget& budget, int max_loaded) {
-  RoomPlan plan;
-  Held used, pinned;
-  std::string pins;
-  for (const Occupant& o : others) {
-    used.add(o, 1);
-    if (o.pinned && o.counted) {
-      pinned.add(o, 1);
-      pins += (pins.empty() ? "" : ", ") + o.name + " " + format_bytes(o.reserved);
+namespace {
+
+// One choice of room: the others, what the waiting model needs, and the
+// limits it must fit in.
+class Planner {
+ public:
+  Planner(const std::vector<Occupant>& others, const std::string& name, int64_t needed, const Places& needed_at,
+          const MemoryBudget& budget, int max_loaded)
+      : others_(others), name_(name), needed_(needed), needed_at_(needed_at), budget_(budget), max_loaded_(max_loaded) {
+    for (const Occupant& o : others) {
+      used_.add(o, 1);
+      if (o.pinned && o.counted) {
+        pinned_.add(o, 1);
+        pins_ += (pins_.empty() ? "" : ", ") + o.name + " " + format_bytes(o.reserved);
+      }
     }
   }
-  auto fits = [&](const Held& h) {
-    if (budget.total > 0 && h.total + needed > budget.total) return false;
-    for (const auto& [place, cap] : budget.at) {
-      if (at(h.at, place) + at(needed_at, place) > cap) return false;
+
+  // What no wait can change, said at once; empty when a wait could.
+  std::string never() const {
+    if (budget_.total > 0 && needed_ > budget_.total) {
+      return "model '" + name_ + "' needs about " + format_bytes(needed_) + ", more than the whole memory budget of " +
+             format_bytes(budget_.total);
     }
-    return max_loaded == 0 || h.count < max_loaded;
-  };
+    for (const auto& [place, cap] : budget_.at) {
+      if (at(needed_at_, place) > cap) {
+        return "model '" + name_ + "' needs about " + format_bytes(at(needed_at_, place)) + " on " + place +
+               ", more than its memory budget of " + format_bytes(cap);
+      }
+    }
+    if (fits(pinned_)) return "";
+    return "model '" + name_ + "' needs about " + format_bytes(needed_) + " and cannot fit beside the pinned models (" +
+           pins_ + ")" +
+           (budget_.total > 0 || !budget_.at.empty() ? " in the budget (" + format_memory_budget(budget_) + ")" : "") +
+           (max_loaded_ > 0 ? " with --max-loaded " + std::to_string(max_loaded_) : "") +
+           "; unpin one with POST /v1/models/unload";
+  }
+
+  bool fits_now() const { return fits(used_); }
+
+  // The others, least recently used first.
+  std::vector<size_t> by_age() const {
+    std::vector<size_t> order(others_.size());
+    std::iota(order.begin(), order.end(), size_t{0});
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return others_[a].last_use < others_[b].last_use; });
+    return order;
+  }
+
+  // The oldest idle model whose going helps; none where no idle one does.
+  std::optional<size_t> idle_to_evict(const std::vector<size_t>& order) const {
+    for (size_t i : order) {
+      if (others_[i].idle && !others_[i].pinned && helps(used_, others_[i])) return i;
+    }
+    return std::nullopt;
+  }
+
+  // The busy models that must drain, those already draining first: what
+  // will be free once the models on their way out are gone, and then once
+  // the chosen ones have drained.
+  std::vector<size_t> busy_to_drain(std::vector<size_t> order) const {
+    Held left = used_;
+    for (const Occupant& o : others_) {
+      if (o.unloading) left.add(o, -1);
+    }
+    std::stable_partition(order.begin(), order.end(), [&](size_t i) { return others_[i].draining; });
+    std::vector<size_t> drain;
+    for (size_t i : order) {
+      if (fits(left)) break;
+      const Occupant& o = others_[i];
+      if (!o.busy || o.pinned || o.unloading || !helps(left, o)) continue;
+      drain.push_back(i);
+      left.add(o, -1);
+    }
+    return drain;
+  }
+
+ private:
+  bool fits(const Held& h) const {
+    if (budget_.total > 0 && h.total + needed_ > budget_.total) return false;
+    for (const auto& [place, cap] : budget_.at) {
+      if (at(h.at, place) + at(needed_at_, place) > cap) return false;
+    }
+    return max_loaded_ == 0 || h.count < max_loaded_;
+  }
   // Whether `o` going would give back something that `h` lacks: a model on
   // the host only makes no room on a full device.
-  auto helps = [&](const Held& h, const Occupant& o) {
-    if (budget.total > 0 && h.total + needed > budget.total && o.reserved > 0) return true;
-    for (const auto& [place, cap] : budget.at) {
-      if (at(h.at, place) + at(needed_at, place) > cap && at(o.reserved_at, place) > 0) return true;
+  bool helps(const Held& h, const Occupant& o) const {
+    if (budget_.total > 0 && h.total + needed_ > budget_.total && o.reserved > 0) return true;
+    for (const auto& [place, cap] : budget_.at) {
+      if (at(h.at, place) + at(needed_at_, place) > cap && at(o.reserved_at, place) > 0) return true;
     }
-    return max_loaded > 0 && h.count >= max_loaded && o.counted;
-  };
+    return max_loaded_ > 0 && h.count >= max_loaded_ && o.counted;
+  }
 
-  // What no wait can change is said at once.
-  if (budget.total > 0 && needed > budget.total) {
+  const std::vector<Occupant>& others_;
+  const std::string& name_;
+  const int64_t needed_;
+  const Places& needed_at_;
+  const MemoryBudget& budget_;
+  const int max_loaded_;
+  Held used_, pinned_;
+  std::string pins_;
+};
+
+}  // namespace
+
+RoomPlan plan_room(const std::vector<Occupant>& others, const std::string& name, int64_t needed, const Places& needed_at,
+                   const MemoryBudget& budget, int max_loaded) {
+  const Planner p(others, name, needed, needed_at, budget, max_loaded);
+  RoomPlan plan;
+  plan.why = p.never();
+  if (!plan.why.empty()) {
     plan.step = RoomPlan::Step::never;
-    plan.why = "model '" + name + "' needs about " + format_bytes(needed) + ", more than the whole memory budget of " +
-               format_bytes(budget.total);
     return plan;
   }
-  for (const auto& [place, cap] : budget.at) {
-    if (at(needed_at, place) > cap) {
-      plan.step = RoomPlan::Step::never;
-      plan.why = "model '" + name + "' needs about " + format_bytes(at(needed_at, place)) + " on " + place +
-                 ", more than its memory budget of " + format_bytes(cap);
-      return plan;
-    }
-  }
-  if (!fits(pinned)) {
-    plan.step = RoomPlan::Step::never;
-    plan.why = "model '" + name + "' needs about " + format_bytes(needed) + " and cannot fit beside the pinned models (" +
-               pins + ")" +
-               (budget.total > 0 || !budget.at.empty() ? " in the budget (" + format_memory_budget(budget) + ")" : "") +
-               (max_loaded > 0 ? " with --max-loaded " + std::to_string(max_loaded) : "") +
-               "; unpin one with POST /v1/models/unload";
-    return plan;
-  }
-  if (fits(used)) {
+  if (p.fits_now()) {
     plan.step = RoomPlan::Step::fits;
     return plan;
   }
-
-  std::vector<size_t> order(others.size());
-  std::iota(order.begin(), order.end(), size_t{0});
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return others[a].last_use < others[b].last_use; });
-
-  for (size_t i : order) {
-    if (others[i].idle && !others[i].pinned && helps(used, others[i])) {
-      plan.step = RoomPlan::Step::evict;
-      plan.evict = i;
-      return plan;
-    }
+  const std::vector<size_t> order = p.by_age();
+  if (const std::optional<size_t> i = p.idle_to_evict(order)) {
+    plan.step = RoomPlan::Step::evict;
+    plan.evict = *i;
+    return plan;
   }
-
-  // What will be free once the models on their way out are gone, and then
-  // once the chosen busy ones have drained.
-  Held left = used;
-  for (const Occupant& o : others) {
-    if (o.unloading) left.add(o, -1);
-  }
-  std::stable_partition(order.begin(), order.end(), [&](size_t i) { return others[i].draining; });
-  for (size_t i : order) {
-    if (fits(left)) break;
-    const Occupant& o = others[i];
-    if (!o.busy || o.pinned || o.unloading || !helps(left, o)) continue;
-    plan.drain.push_back(i);
-    left.add(o, -1);
-  }
+  plan.drain = p.busy_to_drain(order);
   // Nothing to drain: the room is held by models loading or unloading, which
   // end by themselves.
   plan.step = plan.drain.empty() ? RoomPlan::Step::wait : RoomPlan::Step::drain;

@@ -133,3 +133,25 @@ TEST(Usage, ReadsSwapAsTheKernelReportsIt) {
   ASSERT_GE(kernel, 0) << "no VmSwap line in /proc/self/status";
   EXPECT_EQ(Usage::capture().swap, kernel);
 }
+
+// Two threads that capture at once, as the server's history sampler and its
+// baseline or /v1/resources do: neither counts the files the other opened
+// for a moment to read /proc.
+TEST(Usage, CapturesBesideEachOtherCountTheSameDescriptors) {
+  const int64_t fds = Usage::capture().fds;
+  std::atomic<int64_t> least{fds}, most{fds};
+  auto capture = [&] {
+    for (int i = 0; i < 3000; ++i) {
+      const int64_t n = Usage::capture().fds;
+      for (int64_t l = least.load(); n < l && !least.compare_exchange_weak(l, n);) {
+      }
+      for (int64_t m = most.load(); n > m && !most.compare_exchange_weak(m, n);) {
+      }
+    }
+  };
+  std::thread a(capture), b(capture);
+  a.join();
+  b.join();
+  EXPECT_EQ(least.load(), fds);
+  EXPECT_EQ(most.load(), fds);
+}

@@ -19,7 +19,10 @@ void ScopedThread::start(Scope& scope, std::string label, std::function<void()> 
 void ScopedThread::wake_and_join() noexcept {
   scope_ = nullptr;  // released: stop() has nothing left to do
   if (wake_) wake_();
-  thread_.join();
+  // Stopped from its own thread (a model's decode thread that ends its
+  // model's last request, and with it the model): the body returns after
+  // the wake, and the join is left to the destructor, on its owner's thread.
+  if (!thread_.is_current()) thread_.join();
 }
 
 void ScopedThread::stop() noexcept {

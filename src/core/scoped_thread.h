@@ -1,17 +1,18 @@
 // A long-lived thread owned by a scope: on the ledger from before it starts
 // until it is joined, with the wake that makes its body return. The one way
 // reclaim starts a thread that lives as long as its owner (the registry's
-// keep-alive reaper, the vetter's thread, the HTTP side's read-timeout
-// watchdog and history sampler, serve's accept loop).
+// keep-alive reaper, the vetter's thread, a model's decode thread, the HTTP
+// side's read-timeout watchdog and history sampler, serve's accept loop).
 //
 //   reaper_.start(scope_, "keep-alive reaper", [this] { reaper(); },
 //                 [this] { set stopping_ under the lock; notify; });
 //
 // stop(), the scope's close and the destructor, whichever comes first, run
-// the wake and join; the others then do nothing. The thread runs on a stack
-// of its own (core/stack_thread.h). Not here: the HTTP workers, which come
-// and go with bursts (server/worker_pool.h), and a model's decode thread,
-// which its own unload may stop from that thread (engine/batcher.h).
+// the wake and join; the others then do nothing. Stopped from its own
+// thread, it is woken, and joined when it is destroyed. The thread runs on a
+// stack of its own (core/stack_thread.h). Not here: the HTTP workers, which
+// come and go with bursts and are joined by the workers that stay
+// (server/worker_pool.h).
 #pragma once
 
 #include <functional>

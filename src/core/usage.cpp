@@ -96,6 +96,12 @@ void scan_maps(Usage& u) {
 }  // namespace
 
 Usage Usage::capture() {
+  // One capture at a time: each opens /proc files for a moment, and one
+  // would count the other's descriptors. The server's history sampler once
+  // captured beside its baseline, and every residue after read fds -1
+  // (Usage.CapturesBesideEachOtherCountTheSameDescriptors).
+  static std::mutex capture_mu;
+  std::lock_guard capturing(capture_mu);
   Usage u;
   u.t = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
   char status[8192];

@@ -77,26 +77,23 @@ Batcher::Batcher(Model& model, const BatcherOptions& o)
   in_batch_.reserve(static_cast<size_t>(n_seq_));
   held_.reserve(static_cast<size_t>(n_seq_));
   stepped_.reserve(static_cast<size_t>(n_seq_));
-  Scope::Slot slot = scope_.reserve(Kind::thread, "batch decode thread");
-  thread_.start([this] { loop(); });
-  // The thread's one release site. Armed after the context, so it runs
-  // first: the thread is joined before the context it decodes on is freed.
-  // An unload reaches it by closing the model's scope, which closes this one.
-  thread_cleanup_ = slot.arm(0, [this] { stop_thread(); });
+  // Armed after the context, so it is released first: the thread is joined
+  // before the context it decodes on is freed. An unload reaches it by
+  // closing the model's scope, which closes this one.
+  thread_.start(scope_, "batch decode thread", [this] { loop(); }, [this] { wake_to_stop(); });
 }
 
 Batcher::~Batcher() { scope_.close(); }
 
-void Batcher::stop() noexcept { scope_.release(thread_cleanup_); }
+void Batcher::stop() noexcept { thread_.stop(); }
 
-void Batcher::stop_thread() noexcept {
+void Batcher::wake_to_stop() noexcept {
   {
     std::lock_guard lock(mu_);
     stopping_ = true;
   }
   abort_ = true;
   work_cv_.notify_all();
-  if (thread_.joinable() && !thread_.is_current()) thread_.join();
 }
 
 size_t Batcher::active() const {

@@ -30,7 +30,7 @@
 
 #include "core/cancel.h"
 #include "core/scope.h"
-#include "core/stack_thread.h"
+#include "core/scoped_thread.h"
 #include "engine/generate.h"
 #include "engine/owners.h"
 #include "engine/prompt_cache.h"
@@ -107,7 +107,7 @@ class Batcher {
   void admit();
   void retire(Job& job, bool cancelled) noexcept;
   void retire_and_wait(Job& job) noexcept;
-  void stop_thread() noexcept;
+  void wake_to_stop() noexcept;  // the decode thread's wake: its loop returns
   static bool abort_poll(void* data);
 
   Model& model_;
@@ -131,8 +131,9 @@ class Batcher {
   std::vector<Job*> held_;
   std::vector<Job*> stepped_;  // the last step's jobs, swapped with in_batch_
   std::atomic<uint64_t> steps_{0}, tokens_{0};
-  StackThread thread_;  // its stack goes with it (core/stack_thread.h)
-  CleanupId thread_cleanup_ = 0;
+  // On the batch's scope, released before the context it decodes on (it
+  // was armed after it); its stack goes with it (core/stack_thread.h).
+  ScopedThread thread_;
 };
 
 }  // namespace reclaim

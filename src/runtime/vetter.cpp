@@ -263,11 +263,16 @@ VetReport Vetter::run_children(const std::string& k, const VetRequest& q) {
     if (loaded && estimated && estimated->ok) publish_loadable(k, *estimated);
   };
   std::exception_ptr estimate_failure;
-  // On the ledger while it runs; its release is its join, before this
-  // returns however it ends (the destructor, on a throw). It needs no wake: its child ends by itself,
-  // past the timeout, or of the stop pipe on shutdown.
-  ScopedThread estimating;
-  estimating.start(scope_, "vetting thread: estimate of " + q.path, [&] {
+  std::thread estimating;
+  // On the ledger while it runs. It is joined here before this returns,
+  // however it ends (its child dies of the stop pipe on shutdown), so the
+  // entry's release has nothing left to do, as a child's entry has not.
+  const CleanupId thread = scope_.add(Kind::thread, "vetting thread: estimate of " + q.path, 0, [] {});
+  Defer join([&] {
+    if (estimating.joinable()) estimating.join();
+    scope_.release(thread);
+  });
+  estimating = std::thread([&] {
     try {
       VetReport r = run_part(estimate_q, nullptr);
       std::lock_guard lock(parts_mu);
@@ -276,7 +281,7 @@ VetReport Vetter::run_children(const std::string& k, const VetRequest& q) {
     } catch (...) {
       estimate_failure = std::current_exception();
     }
-  }, {});
+  });
   std::optional<VetReport> decoded;
   std::exception_ptr decode_failure;
   try {
@@ -289,7 +294,7 @@ VetReport Vetter::run_children(const std::string& k, const VetRequest& q) {
   } catch (...) {
     decode_failure = std::current_exception();
   }
-  estimating.stop();
+  std::move(join).invoke();
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   // A refusal is the file's verdict even where the other part could not
   // finish; the earlier stage's, where both refused.

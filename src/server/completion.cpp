@@ -319,6 +319,16 @@ class Stream {
 
 }  // namespace
 
+ModelSettings Server::settings_if_known(const std::string& model) {
+  if (model.empty()) return {};
+  try {
+    return settings_of(model);
+  } catch (const UnknownModel&) {
+  } catch (const BadModelName&) {
+  }
+  return {};
+}
+
 ModelSettings Server::settings_of(const std::string& model) {
   try {
     return registry_.settings(model);
@@ -332,12 +342,10 @@ ModelSettings Server::settings_of(const std::string& model) {
 void Server::complete(httplib::Response& res, const CompletionCall& call, std::shared_ptr<RequestRun> request) {
   auto run = std::make_shared<Running>();
   run->request = std::move(request);
-  run->req = call.parse(json::object());
   // The model's own settings: its template, and the fields a request that
-  // leaves them out gets (an unknown model is a 404 here, as it would be
-  // at the lease).
-  const ModelSettings settings = settings_of(run->req.model);
-  if (!settings.request_defaults.empty()) run->req = call.parse(settings.request_defaults);
+  // leaves them out gets; the body is parsed once, with them.
+  const ModelSettings settings = settings_if_known(call.model);
+  run->req = call.parse(settings.request_defaults);
   run->chat_template = settings.chat_template.value_or(options_.chat_template);
   run->chat = run->req.chat;
   run->req.generate.grammar_token_time = options_.grammar_token_time;
@@ -375,16 +383,32 @@ void Server::complete(httplib::Response& res, const CompletionCall& call, std::s
       });
 }
 
+namespace {
+
+// The body's text parsed once; the model it names, if a string.
+std::string named_model(const json& body) {
+  const auto it = body.find("model");
+  return it != body.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+}  // namespace
+
 void Server::completions(const httplib::Request& req, httplib::Response& res) {
   in_run([&](std::shared_ptr<RequestRun> run) {
-    complete(res, {[&req](const json& defaults) { return parse_completion_request(req.body, false, defaults); }, openai_answer},
+    const json body = parse_object(req.body);
+    complete(res,
+             {named_model(body), [&body](const json& defaults) { return parse_completion_request(body, false, defaults); },
+              openai_answer},
              std::move(run));
   });
 }
 
 void Server::chat_completions(const httplib::Request& req, httplib::Response& res) {
   in_run([&](std::shared_ptr<RequestRun> run) {
-    complete(res, {[&req](const json& defaults) { return parse_completion_request(req.body, true, defaults); }, openai_answer},
+    const json body = parse_object(req.body);
+    complete(res,
+             {named_model(body), [&body](const json& defaults) { return parse_completion_request(body, true, defaults); },
+              openai_answer},
              std::move(run));
   });
 }

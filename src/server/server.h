@@ -134,6 +134,9 @@ class Server {
   // model's default fields under what it leaves out; `answer` writes the
   // reply in the API's shapes (server/answer.h).
   struct CompletionCall {
+    // The model the body names, read before it is parsed: its settings give
+    // the defaults the one parse takes. Empty: none named, or not a string.
+    std::string model;
     std::function<CompletionRequest(const nlohmann::json& defaults)> parse;
     std::function<std::unique_ptr<Answer>(const CompletionRequest&)> answer;
   };
@@ -162,6 +165,9 @@ class Server {
                    bool chat);
   // The model's own settings; an unknown name looks for new models first.
   ModelSettings settings_of(const std::string& model);
+  // The same, or none for a name that is not a model's (the lease then
+  // refuses it, after the body's own mistakes are answered).
+  ModelSettings settings_if_known(const std::string& model);
   Baseline baseline();
   HttpStats http_stats() const;
   ServerOptions options_;

@@ -131,6 +131,20 @@ TEST(ServeConfig, AFileAddedToOrRemovedFromTheFolderIsSeenAtOnce) {
   EXPECT_NE(end.err.find("ledger: 0 entries"), std::string::npos) << end.err;
 }
 
+// The residue /v1/resources shows is the process's, not the answer's own:
+// with hundreds of models, the JSON that lists them is most of a MiB.
+TEST(ServeConfig, AFolderOfManyModelsLeavesNoResidueInTheAnswerThatListsThem) {
+  const std::string dir = temp_path("many-models");
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  for (int i = 0; i < 300; ++i) std::filesystem::create_symlink(spm(), dir + "/m" + std::to_string(i) + ".gguf");
+  Served s({"--models-dir", dir, "--trust-models"});
+  const json r = s.get("/v1/resources");
+  ASSERT_EQ(r["models"].size(), 302u);
+  EXPECT_LE(r["residue"]["heap_in_use"].get<int64_t>(), 128 << 10) << r["residue"].dump();
+  EXPECT_EQ(r["residue_verdict"]["verdict"], "clean") << r["residue_verdict"].dump();
+}
+
 TEST(ServeConfig, SighupReloadsAndAFolderIsLookedAtAgain) {
   const std::string dir = temp_path("reload-folder");
   std::filesystem::create_directories(dir);

@@ -208,6 +208,18 @@ TEST(Vetter, AFileRewrittenInPlaceIsVettedAgain) {
   write_damaged("trunc-data-middle", path);
   EXPECT_THROW((void)v.vet(request_for(path)), InvalidModelFile);
   EXPECT_EQ(v.counts().children, 2u);
+  // Only the latest version's verdict is kept: a file rewritten again and
+  // again does not grow the cache, and an earlier version is vetted anew.
+  EXPECT_EQ(v.counts().kept, 1u);
+  write_damaged("trunc-data-start", path);
+  EXPECT_THROW((void)v.vet(request_for(path)), InvalidModelFile);
+  std::filesystem::copy_file(small_model("spm"), path, std::filesystem::copy_options::overwrite_existing);
+  EXPECT_TRUE(v.vet(request_for(path)).ok);
+  EXPECT_EQ(v.counts().kept, 1u);
+  EXPECT_EQ(v.counts().children, 4u);
+  // Another file's verdict is its own.
+  EXPECT_TRUE(v.vet(request_for(small_model("spm"))).ok);
+  EXPECT_EQ(v.counts().kept, 2u);
 }
 
 TEST(Vetter, AnAbortIsAVerdictWithItsMessage) {

@@ -124,6 +124,7 @@ VetReport Vetter::vet_to_load(const VetRequest& q) { return wait_for(q, true); }
 
 void Vetter::enqueue_locked(const std::string& k, const VetRequest& q, bool urgent) {
   auto [it, fresh] = verdicts_.try_emplace(k);
+  if (fresh) forget_other_versions_locked(k);
   Verdict& v = it->second;
   if (!fresh && v.phase != Phase::failed) {
     // Waiting in the background queue: a caller moves it ahead.
@@ -139,6 +140,20 @@ void Vetter::enqueue_locked(const std::string& k, const VetRequest& q, bool urge
   v.error = nullptr;
   (urgent ? urgent_ : background_).push_back(k);
   cv_.notify_all();
+}
+
+void Vetter::forget_other_versions_locked(const std::string& k) {
+  // A file rewritten in place (a download finishing, a user's edit) is a new
+  // version: the verdicts of the earlier ones would otherwise stay for as
+  // long as the process lives, one more each time. Those still queued or
+  // running are left to end; they are dropped at the next version.
+  const std::string request = k.substr(k.find('\n'));
+  for (auto it = verdicts_.begin(); it != verdicts_.end();) {
+    const bool ended = it->second.phase == Phase::done || it->second.phase == Phase::failed;
+    const bool other_version = it->first != k && it->first.size() >= request.size() &&
+                               it->first.compare(it->first.size() - request.size(), request.size(), request) == 0;
+    it = ended && other_version ? verdicts_.erase(it) : std::next(it);
+  }
 }
 
 VetReport Vetter::wait_for(const VetRequest& q, bool to_load) {
@@ -369,7 +384,10 @@ VetterCounts Vetter::counts() const {
   std::lock_guard lock(mu_);
   VetterCounts c = counts_;
   c.running = busy_;
-  for (const auto& [k, v] : verdicts_) c.queued += v.phase == Phase::queued;
+  for (const auto& [k, v] : verdicts_) {
+    c.queued += v.phase == Phase::queued;
+    c.kept += v.phase == Phase::done;
+  }
   return c;
 }
 

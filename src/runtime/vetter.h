@@ -47,6 +47,7 @@ struct VetterCounts {
   double last_ms = 0;     // the last vetting's time, start to verdict
   uint64_t queued = 0;    // files waiting to be vetted
   bool running = false;   // a file is being vetted now
+  uint64_t kept = 0;      // verdicts held (one a file and request: a file's latest version)
 };
 
 class Vetter {
@@ -90,6 +91,8 @@ class Vetter {
   VetReport wait_for(const VetRequest& request, bool to_load);
   // Puts `k` in a queue unless it is there, running or known.
   void enqueue_locked(const std::string& k, const VetRequest& request, bool urgent);
+  // Drops the ended verdicts of the same request for other versions of its file.
+  void forget_other_versions_locked(const std::string& k);
   VetReport run_children(const std::string& k, const VetRequest& request);
   void publish_loadable(const std::string& k, const VetReport& estimate);
   // One child, for one part; `on_line` sees its stdout as it comes.

@@ -58,7 +58,14 @@ async function main() {
       verdict: await page.getAttribute('#verdict', 'data-verdict'),
       ledger_owner: await page.textContent(`#ledger details[data-path$="/model:${model}"] > summary .bytes`),
     };
+    // The details walk the server's table of fields: each one the model has
+    // is shown, under the name the table gives it.
+    await page.click(`${row} button[data-action="details"]`);
+    await page.waitForSelector(`tr[data-details-of="${model}"]:not([hidden]) dd[data-field="loads"]`, { timeout: 30000 });
+    out.details = await page.$$eval(`tr[data-details-of="${model}"] dd`, (dds) => Object.fromEntries(dds.map((d) => [d.dataset.field, d.textContent])));
     await page.screenshot({ path: path.join(shots, 'dashboard-loaded.png'), fullPage: true });
+    await page.click(`${row} button[data-action="details"]`);
+    await page.waitForSelector(`tr[data-details-of="${model}"][hidden]`, { state: 'attached', timeout: 30000 });
 
     await page.click(`${row} button[data-action="pin"]`);
     await page.waitForFunction((s) => document.querySelector(s).textContent.includes('pinned'), cell('name'), { timeout: 30000 });

@@ -172,6 +172,19 @@ TEST(Dashboard, InChromiumFollowsALoadAndAnUnload) {
   EXPECT_EQ(r["loaded"]["verdict"], "holding") << out;
   EXPECT_NE(r["loaded"]["host"], "0 B") << out;
   EXPECT_EQ(r["loaded"]["host"], r["loaded"]["ledger_owner"]) << out;
+  // The details show every field the table has for a loaded model, whatever
+  // they are: the page names none of them.
+  const json fields = s.get("/v1/resources")["model_fields"];
+  ASSERT_GT(fields.size(), 20u);
+  for (const json& f : fields) {
+    if (!f["always"].get<bool>()) continue;
+    const std::string name = f["group"].is_null() ? f["key"].get<std::string>() : f["group"].get<std::string>() + "." + f["key"].get<std::string>();
+    EXPECT_TRUE(r["details"].contains(name)) << name << " is not in the details: " << r["details"].dump();
+  }
+  EXPECT_EQ(r["details"]["id"], "bpe") << out;
+  EXPECT_EQ(r["details"]["loads"], "1") << out;
+  EXPECT_EQ(r["details"]["state"], "loaded") << out;
+  EXPECT_EQ(r["details"]["bytes"], r["loaded"]["host"]) << out;
   EXPECT_EQ(r["pinned"], "never (pinned)") << out;
   EXPECT_EQ(r["unloaded"]["state"], "unloaded") << out;
   EXPECT_EQ(r["unloaded"]["host"], "0 B") << out;

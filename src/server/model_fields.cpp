@@ -69,11 +69,12 @@ const std::vector<ModelField>& model_fields() {
        .column = "PINNED", .width = 8},
       {.key = "unloads", .value = [](S s) -> json { return s.unloads; }, .unit = U::count,
        .help = "Unloads of the model.", .metric = "reclaim_model_unloads_total", .counter = true},
-      {.key = "last_load_ms", .value = [](S s) -> json { return s.last_load_ms; },
+      {.key = "last_load_ms", .value = [](S s) -> json { return s.last_load_ms; }, .unit = U::millis,
        .help = "Duration of the model's last load.", .metric = "reclaim_model_last_load_seconds", .scale = 0.001},
-      {.key = "last_unload_ms", .value = [](S s) -> json { return s.last_unload_ms; },
+      {.key = "last_unload_ms", .value = [](S s) -> json { return s.last_unload_ms; }, .unit = U::millis,
        .help = "Duration of the model's last unload.", .metric = "reclaim_model_last_unload_seconds", .scale = 0.001},
       {.key = "last_use", .value = [](S s) -> json { return s.loads ? json(unix_seconds(s.last_use)) : json(nullptr); },
+       .unit = U::since,
        .help = "When a request last let go of it (unix seconds); null before its first load."},
       {.key = "expires_at", .value = [](S s) -> json { return s.expires_at ? json(unix_seconds(*s.expires_at)) : json(); },
        .unit = U::deadline, .help = "When keep-alive unloads it (unix seconds).",
@@ -81,7 +82,8 @@ const std::vector<ModelField>& model_fields() {
       {.key = "bytes_by_device", .value = [](S s) -> json { return places(s.bytes_by_device); }, .unit = U::places,
        .help = "Bytes on the ledger under the model, by where they are.", .metric = "reclaim_model_device_bytes",
        .per = "device", .column = "WHERE", .in_ollama_ps = true},
-      {.key = "load_progress", .value = [](S s) -> json { return s.load_progress; }, .help = "0 to 1 while it loads.",
+      {.key = "load_progress", .value = [](S s) -> json { return s.load_progress; }, .unit = U::fraction,
+       .help = "0 to 1 while it loads.",
        .shown = [](S s) { return s.state == ModelState::loading; }},
       {.key = "last_error", .value = [](S s) -> json { return s.last_error; }, .unit = U::text,
        .help = "Why its last load failed.", .shown = [](S s) { return !s.last_error.empty(); }},
@@ -115,6 +117,9 @@ const char* unit_name(FieldUnit u) {
     case FieldUnit::bytes: return "bytes";
     case FieldUnit::flag: return "flag";
     case FieldUnit::deadline: return "unix_seconds";
+    case FieldUnit::since: return "unix_seconds_past";
+    case FieldUnit::millis: return "milliseconds";
+    case FieldUnit::fraction: return "fraction";
     case FieldUnit::places: return "bytes_by_place";
     case FieldUnit::other: break;
   }

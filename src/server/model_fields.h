@@ -1,8 +1,10 @@
 // Every field of a model's status, named once for every view: the JSON of
 // /v1/models and /v1/resources, the Prometheus families of /metrics,
-// reclaim's own fields in Ollama's /api/ps, and the columns of `reclaim ps`.
-// A new figure is one row here (and its value in ModelStatus); each view
-// walks the table, as usage_figures() is walked for the process figures.
+// reclaim's own fields in Ollama's /api/ps, the columns of `reclaim ps`, and
+// the dashboard's details of a model (which reads the table from
+// /v1/resources). A new figure is one row here (and its value in
+// ModelStatus); each view walks the table, as usage_figures() is walked for
+// the process figures.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -19,6 +21,9 @@ enum class FieldUnit {
   bytes,
   flag,      // "yes" or nothing
   deadline,  // a unix time, shown as the time left until it
+  since,     // a unix time past, shown as the time since it
+  millis,    // a duration in milliseconds
+  fraction,  // 0 to 1, shown as a percentage
   places,    // bytes by place: "host 1.2 GiB, vulkan0 300 MiB"
   other,
 };

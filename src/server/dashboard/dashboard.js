@@ -64,6 +64,42 @@ function action(model, label, cls, run) {
   return b;
 }
 
+// A model's every field, as the server's table of them (model_fields in
+// /v1/resources) names, reads and explains them: a figure added there shows
+// here with no change to this page.
+const openDetails = new Set();  // model ids whose details are shown
+
+function fieldText(f, v, now) {
+  if (v === undefined || v === null) return '—';
+  switch (f.unit) {
+    case 'bytes': return bytes(v);
+    case 'flag': return v ? 'yes' : 'no';
+    case 'unix_seconds': return 'in ' + duration(v - now);
+    case 'unix_seconds_past': return duration(now - v) + ' ago';
+    case 'milliseconds': return v < 1000 ? v.toFixed(0) + ' ms' : (v / 1000).toFixed(2) + ' s';
+    case 'fraction': return Math.round(v * 100) + '%';
+    case 'bytes_by_place': return Object.entries(v).map(([k, b]) => k + ' ' + bytes(b)).join(', ') || '—';
+    default: return Array.isArray(v) ? v.join(', ') || '—' : typeof v === 'object' ? JSON.stringify(v) : String(v);
+  }
+}
+
+function drawDetails(c, m, fields, now) {
+  c.details.hidden = !openDetails.has(m.id);
+  c.toggle.textContent = c.details.hidden ? 'Details' : 'Hide';
+  if (c.details.hidden) return;
+  const dl = el('dl');
+  for (const f of fields) {
+    const v = f.group ? (m[f.group] || {})[f.key] : m[f.key];
+    if (v === undefined && !f.always) continue;
+    const dt = el('dt', '', f.group ? f.group + '.' + f.key : f.key);
+    dt.title = f.help;
+    const dd = el('dd', '', fieldText(f, v, now));
+    dd.dataset.field = dt.textContent;
+    dl.append(dt, dd);
+  }
+  c.detailsCell.replaceChildren(dl);
+}
+
 function modelRow(m) {
   const tr = el('tr');
   tr.dataset.model = m.id;
@@ -79,19 +115,31 @@ function modelRow(m) {
   cells.cancel = action(m.id, 'Cancel', 'danger', () => api('/v1/models/unload', { model: m.id, mode: 'cancel' }));
   cells.cancel.title = 'Unload now, ending the requests that run';
   cells.unload.title = 'Unload once the requests that run are done';
-  cells.actions.append(cells.load, cells.pin, cells.unload, cells.cancel);
+  cells.toggle = el('button', '', 'Details');
+  cells.toggle.dataset.action = 'details';
+  cells.toggle.addEventListener('click', () => {
+    if (!openDetails.delete(m.id)) openDetails.add(m.id);
+    poll();
+  });
+  cells.actions.append(cells.load, cells.pin, cells.unload, cells.cancel, cells.toggle);
   cells.tr = tr;
+  cells.details = el('tr', 'details');
+  cells.details.dataset.detailsOf = m.id;
+  cells.details.hidden = true;
+  cells.detailsCell = el('td');
+  cells.detailsCell.colSpan = 9;
+  cells.details.appendChild(cells.detailsCell);
   return cells;
 }
 
-function drawModels(models, now) {
+function drawModels(models, fields, now) {
   const body = $('models').tBodies[0];
   const seen = new Set();
   for (const m of models) {
     seen.add(m.id);
     let c = rows.get(m.id);
     if (!c) { c = modelRow(m); rows.set(m.id, c); }
-    body.appendChild(c.tr);  // keeps the server's order
+    body.append(c.tr, c.details);  // keeps the server's order
     c.tr.dataset.state = m.state;
     c.pinned = m.pinned;
     c.name.innerHTML = '<span class="name">' + esc(m.id) + '</span>' + (m.pinned ? '<span class="pin">pinned</span>' : '') +
@@ -120,8 +168,9 @@ function drawModels(models, now) {
     c.pin.disabled = false;
     c.unload.disabled = m.state === 'unloaded' || m.state === 'unloading';
     c.cancel.disabled = m.state === 'unloaded';
+    drawDetails(c, m, fields, now);
   }
-  for (const [id, c] of rows) if (!seen.has(id)) { c.tr.remove(); rows.delete(id); }
+  for (const [id, c] of rows) if (!seen.has(id)) { c.tr.remove(); c.details.remove(); rows.delete(id); }
 }
 
 // --- ledger -----------------------------------------------------------------
@@ -308,7 +357,7 @@ async function poll() {
     $('offline').hidden = true;
     const now = Date.now() / 1000;
     drawTotals(r);
-    drawModels(r.models, now);
+    drawModels(r.models, r.model_fields, now);
     drawLedger(r.ledger);
     drawResidue(r);
     addHistory(h);

@@ -61,8 +61,10 @@ struct Outside {
 
 class Served {
  public:
-  explicit Served(std::vector<std::string> extra = {}) {
-    std::vector<std::string> args = {"serve", "--port", "0", "-m", spm() + ":spm", "-m", bpe() + ":bpe"};
+  // `two_models`: spm and bpe are served (named so) besides what `extra` adds.
+  explicit Served(std::vector<std::string> extra = {}, bool two_models = true) {
+    std::vector<std::string> args = {"serve", "--port", "0"};
+    if (two_models) args.insert(args.end(), {"-m", spm() + ":spm", "-m", bpe() + ":bpe"});
     if (std::find(extra.begin(), extra.end(), "--ctx") == extra.end()) args.insert(args.end(), {"--ctx", "256"});
     args.insert(args.end(), extra.begin(), extra.end());
     child_ = std::make_unique<Child>(args);

@@ -51,6 +51,7 @@ struct Args {
   std::string models_dir, host = "127.0.0.1", api_key, api_key_file, memory_budget = "0", keep_alive = "5m";
   std::string cache_ram = "2GiB";
   std::string unload_timeout = "30s", shutdown_timeout = "30s", chat_template, load_mode = "mmap", vet_timeout = "10m";
+  std::string default_model;
   std::string queue_timeout = "5m", read_timeout = "10s", stream_keepalive = "5s", min_serve = "0",
               grammar_token_time = "5s";
   int port = 8080, max_loaded = 0, ctx = 4096, threads = 0, gpu_layers = -1, parallel = 1, batch = 512, max_queue = 32;
@@ -240,6 +241,13 @@ void serve_until_stopped(RegistryOptions opts, ModelSources& sources, server::Se
                          const std::vector<std::string>& preload, const sigset_t& signals, const std::string& models_dir,
                          Millis shutdown_timeout) {
   Registry registry(std::move(opts), sources.all());
+  if (!so.default_model.empty()) {
+    try {
+      (void)registry.settings(so.default_model);
+    } catch (const std::exception& e) {
+      throw Error("--default-model " + so.default_model + ": " + e.what());
+    }
+  }
   so.rediscover = [&sources, &registry] { return sources.rescan(registry); };
   server::Server http(so, registry);
   const int port = http.bind();
@@ -358,6 +366,7 @@ server::ServerOptions server_options(const Args& a) {
   for (const std::string& o : so.cors_origins) server::check_cors_origin(o);
   if (!a.api_key_file.empty()) so.api_key = read_api_key_file(a.api_key_file);
   so.chat_template = a.chat_template;
+  so.default_model = a.default_model;
   so.unload_timeout = duration(a.unload_timeout, "unload-timeout");
   so.max_connections = a.max_connections;
   so.read_timeout = duration(a.read_timeout, "read-timeout");
@@ -458,6 +467,8 @@ Command add_serve(CLI::App& app) {
                   "'localhost' (any port of localhost, 127.0.0.1, [::1]; the default) or '*'; others are refused (403)")
       ->take_all();
   sub->add_option("--chat-template", a->chat_template, "chat template for every model (a built-in name or template text)");
+  sub->add_option("--default-model", a->default_model,
+                  "the model an OpenAI request that names none gets (without it: the only model, where there is one)");
   sub->add_option("--ctx", a->ctx, "context size of each request")->capture_default_str()->check(CLI::Range(16, 1 << 24));
   sub->add_option("--batch", a->batch, "prompt tokens per decode step")->capture_default_str()->check(CLI::Range(1, 1 << 20));
   sub->add_option("--threads", a->threads, "decode threads a model (0: all cores)")->capture_default_str();

@@ -116,6 +116,9 @@ class Registry {
   void unload_all(UnloadMode mode, Millis timeout);
 
   std::vector<ModelStatus> list() const;
+  // The models' names (not their aliases), in the catalogue's order; those
+  // reconfigured away are not among them.
+  std::vector<std::string> names() const;
 
   // The models as a reloaded configuration has them (SIGHUP, a folder
   // scanned again). A new name is added. A model whose path, context,

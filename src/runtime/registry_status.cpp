@@ -60,6 +60,15 @@ std::vector<ModelStatus> Registry::list() const {
   return out;
 }
 
+std::vector<std::string> Registry::names() const {
+  std::lock_guard lock(mu_);
+  std::vector<std::string> out;
+  for (const Entry& e : catalogue_.entries()) {
+    if (!e.retired) out.push_back(e.spec.name);
+  }
+  return out;
+}
+
 SchedulerStats Registry::scheduler() const {
   std::lock_guard lock(mu_);
   SchedulerStats s = sched_;

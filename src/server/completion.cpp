@@ -393,9 +393,23 @@ std::string named_model(const json& body) {
 
 }  // namespace
 
+json Server::openai_body(const httplib::Request& req) const {
+  json body = parse_object(req.body);
+  const auto it = body.find("model");
+  if (it != body.end() && !it->is_null()) return body;
+  // As llama-server does: a server of one model (or with --default-model)
+  // needs no name; one of several does, and the parse says so.
+  if (!options_.default_model.empty()) {
+    body["model"] = options_.default_model;
+  } else if (const std::vector<std::string> names = registry_.names(); names.size() == 1) {
+    body["model"] = names.front();
+  }
+  return body;
+}
+
 void Server::completions(const httplib::Request& req, httplib::Response& res) {
   in_run([&](std::shared_ptr<RequestRun> run) {
-    const json body = parse_object(req.body);
+    const json body = openai_body(req);
     complete(res,
              {named_model(body), [&body](const json& defaults) { return parse_completion_request(body, false, defaults); },
               openai_answer},
@@ -405,7 +419,7 @@ void Server::completions(const httplib::Request& req, httplib::Response& res) {
 
 void Server::chat_completions(const httplib::Request& req, httplib::Response& res) {
   in_run([&](std::shared_ptr<RequestRun> run) {
-    const json body = parse_object(req.body);
+    const json body = openai_body(req);
     complete(res,
              {named_model(body), [&body](const json& defaults) { return parse_completion_request(body, true, defaults); },
               openai_answer},

@@ -26,10 +26,9 @@ struct EmbeddingsRequest {
   std::optional<int64_t> keep_alive_ms;
 };
 
-EmbeddingsRequest parse_embeddings_request(const std::string& body) {
-  const json j = parse_object(body);
+EmbeddingsRequest parse_embeddings_request(const json& j) {
   EmbeddingsRequest r;
-  if (!j.contains("model")) bad_field("model", "'model' is required", "model_required");
+  if (!has_field(j, "model")) bad_field("model", kModelRequired, "model_required");
   r.model = get_field<std::string>(j, "model", "a string");
   if (!has_field(j, "input")) bad_field("input", "'input' is required");
   const json& in = j["input"];
@@ -125,7 +124,7 @@ void Server::embeddings(const httplib::Request& http_req, httplib::Response& res
 }
 
 void Server::answer_embeddings(RequestRun& run, const httplib::Request& http_req, httplib::Response& res) {
-  const EmbeddingsRequest req = parse_embeddings_request(http_req.body);
+  const EmbeddingsRequest req = parse_embeddings_request(openai_body(http_req));
   const EmbedResult r = embed_input(run, req.model, req.input, req.keep_alive_ms, false);
   json data = json::array();
   for (size_t i = 0; i < r.vectors.size(); ++i) {

@@ -293,7 +293,7 @@ CompletionRequest parse_completion_request(json j, bool chat, const json& defaul
   }
   CompletionRequest r;
   r.chat = chat;
-  if (!j.contains("model")) bad_request("'model' is required", "model_required");
+  if (!has_field(j, "model")) bad_request(kModelRequired, "model_required");
   r.model = get_field<std::string>(j, "model", "a string");
   if (chat) {
     parse_chat_fields(j, r);

@@ -38,6 +38,9 @@ class ApiException : public std::exception {
 [[noreturn]] void bad_field(const std::string& param, const std::string& message, const std::string& code = "");
 nlohmann::json error_json(const ApiError& e);
 inline constexpr int kMaxJsonDepth = 128;
+// What a request of a server of several models that names none is told.
+inline constexpr const char* kModelRequired =
+    "'model' is required: this server has several models (GET /v1/models lists them) and no --default-model";
 // The body as a JSON object; a 400 saying why when it is not one, or when it
 // nests deeper than kMaxJsonDepth.
 nlohmann::json parse_object(const std::string& body);

@@ -56,6 +56,12 @@ const std::vector<Server::Route>& Server::route_table() {
       {"POST", "/v1/completions", send_error, &Server::completions},
       {"POST", "/v1/chat/completions", send_error, &Server::chat_completions},
       {"POST", "/v1/embeddings", send_error, &Server::embeddings},
+      // The same without the prefix, as llama-server serves them and as
+      // clients whose base URL has no /v1 call them.
+      {"GET", "/models", send_error, &Server::list_models},
+      {"POST", "/completions", send_error, &Server::completions},
+      {"POST", "/chat/completions", send_error, &Server::chat_completions},
+      {"POST", "/embeddings", send_error, &Server::embeddings},
       // Ollama's (server/ollama_routes.cpp), with its {"error": "..."}.
       {"GET", "/api/version", send_ollama_error, &Server::ollama_version},
       {"GET", "/api/tags", send_ollama_error, &Server::ollama_tags},
@@ -73,7 +79,7 @@ const std::vector<Server::Route>& Server::route_table() {
 }
 
 void Server::add_route(const Route& r) {
-  auto handler = [this, r](const httplib::Request& req, httplib::Response& res) {
+  auto handle = [this, r](const httplib::Request& req, httplib::Response& res) {
     Connections::answering();  // the request is whole: the read timeout no longer runs
     try {
       (this->*r.handle)(req, res);
@@ -82,10 +88,33 @@ void Server::add_route(const Route& r) {
     }
   };
   if (std::string_view(r.method) == "GET") {
-    http_->Get(r.path, handler);
-  } else {
-    http_->Post(r.path, handler);
+    http_->Get(r.path, handle);
+    return;
   }
+  // A body is read here rather than by httplib, which reads one sent as a
+  // form (curl's --data without a Content-Type header) as form fields, and
+  // answers 413 to any over 8 KiB. The body is the body whatever its type
+  // says, as llama-server takes it; the size limit (--max-body) holds.
+  http_->Post(r.path, [r, handle](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& read) {
+    if (req.is_multipart_form_data()) {
+      Connections::answering();
+      r.errors(res, {415, "invalid_request_error", "unsupported_media_type", "the body must be JSON, not multipart form data", 0});
+      return;
+    }
+    std::string body;
+    // False when the body is over the limit (httplib sets 413, which the
+    // error handler words) or the client went.
+    if (!read([&body](const char* data, size_t n) {
+          body.append(data, n);
+          return true;
+        })) {
+      return;
+    }
+    // httplib's own request object for this connection, whose body it left
+    // unread for this handler: the handlers read req.body as for any route.
+    const_cast<httplib::Request&>(req).body = std::move(body);
+    handle(req, res);
+  });
 }
 
 void Server::routes() {
@@ -131,10 +160,12 @@ void Server::routes() {
       return httplib::Server::HandlerResponse::Handled;
     }
     if (options_.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
-    if (!key_in_authorization(req.get_header_value("Authorization"), options_.api_key)) {
+    // Anthropic's clients send the key as X-Api-Key; llama-server takes both.
+    if (!key_in_authorization(req.get_header_value("Authorization"), options_.api_key) &&
+        !same_secret(req.get_header_value("X-Api-Key"), options_.api_key)) {
       // A browser asks for the key as a login's password (any user name).
       res.set_header("WWW-Authenticate", "Basic realm=\"reclaim\", charset=\"UTF-8\"");
-      send_error(res, {401, "invalid_request_error", "invalid_api_key", "missing or wrong API key (Authorization: Bearer KEY)", 0});
+      send_error(res, {401, "invalid_request_error", "invalid_api_key", "missing or wrong API key (Authorization: Bearer KEY, or X-Api-Key: KEY)", 0});
       return httplib::Server::HandlerResponse::Handled;
     }
     return httplib::Server::HandlerResponse::Unhandled;

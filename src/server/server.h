@@ -49,6 +49,9 @@ struct ServerOptions {
   std::vector<std::string> cors_origins = {"localhost"};  // server/cors.h
   size_t max_body = 8u << 20;          // bytes; larger bodies get 413
   std::string chat_template;           // overrides the models' own
+  // The model an OpenAI request that names none gets (empty: the server's
+  // only model, where it has one; with several, the request must name it).
+  std::string default_model;
   // Asked on a request for a name the server does not have: looks for more
   // models (--models-dir again); true if it found some.
   std::function<bool()> rediscover;
@@ -168,6 +171,8 @@ class Server {
   // The same, or none for a name that is not a model's (the lease then
   // refuses it, after the body's own mistakes are answered).
   ModelSettings settings_if_known(const std::string& model);
+  // An OpenAI body's JSON, with the default model where it names none.
+  nlohmann::json openai_body(const httplib::Request& req) const;
   Baseline baseline();
   HttpStats http_stats() const;
   ServerOptions options_;

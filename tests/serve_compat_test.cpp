@@ -1,0 +1,102 @@
+// What llama-server's clients take for granted: a request that names no
+// model on a server of one, the OpenAI paths without /v1, a JSON body sent
+// with whatever Content-Type (curl's --data sends a form's), and the key as
+// X-Api-Key.
+#include <httplib.h>
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "served.h"
+
+using namespace reclaim::testing;
+using nlohmann::json;
+
+namespace {
+
+const json kPrompt = {{"prompt", "Once"}, {"max_tokens", 2}, {"temperature", 0}};
+const json kChat = {{"messages", {{{"role", "user"}, {"content", "Hi"}}}}, {"max_tokens", 2}, {"temperature", 0}};
+
+json with(json body, const json& fields) {
+  body.merge_patch(fields);
+  return body;
+}
+
+}  // namespace
+
+TEST(ServeCompat, AServerOfOneModelNeedsNoNameAndAnswersWithoutTheV1Prefix) {
+  Served s({"-m", spm() + ":only"}, false);
+  for (const char* path : {"/v1/completions", "/completions"}) {
+    const json r = s.post_json(path, kPrompt);
+    EXPECT_EQ(r["model"], "only") << path;
+    EXPECT_EQ(r["usage"]["completion_tokens"], 2) << path;
+  }
+  for (const char* path : {"/v1/chat/completions", "/chat/completions"}) {
+    const json r = s.post_json(path, kChat);
+    EXPECT_EQ(r["model"], "only") << path;
+    EXPECT_EQ(r["object"], "chat.completion") << path;
+  }
+  // A null model is one left out.
+  EXPECT_EQ(s.post_json("/v1/completions", with(kPrompt, {{"model", nullptr}}))["model"], "only");
+  const json e = s.post_json("/embeddings", {{"input", "Hello"}});
+  EXPECT_EQ(e["model"], "only");
+  EXPECT_EQ(e["data"].size(), 1u);
+  const json models = s.get("/models");
+  ASSERT_EQ(models["data"].size(), 1u);
+  EXPECT_EQ(models["data"][0]["id"], "only");
+  // A name that is not the model's is still refused.
+  expect_error(s.post("/v1/completions", with(kPrompt, {{"model", "other"}})), 404, "other");
+  s.post("/v1/models/unload", {{"model", "only"}});
+  s.expect_clean();
+}
+
+TEST(ServeCompat, AServerOfSeveralNeedsTheNameOrItsDefault) {
+  {
+    Served s;
+    expect_error(s.post("/v1/chat/completions", kChat), 400, "several models");
+    expect_error(s.post("/embeddings", {{"input", "Hello"}}), 400, "several models");
+    s.expect_clean();
+  }
+  Served s({"--default-model", "bpe"});
+  EXPECT_EQ(s.post_json("/v1/chat/completions", kChat)["model"], "bpe");
+  EXPECT_EQ(s.post_json("/v1/chat/completions", with(kChat, {{"model", "spm"}}))["model"], "spm");
+  s.expect_clean();
+  // A default that is no model's is a mistake at start.
+  const Result r = run("serve --port 0 -m " + spm() + ":spm --default-model nope");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("--default-model nope"), std::string::npos) << r.out;
+}
+
+TEST(ServeCompat, TheBodyIsJsonWhateverItsContentTypeSays) {
+  Served s({"-m", spm() + ":only"}, false);
+  // Over httplib's 8 KiB for a form: the padding is JSON's own whitespace.
+  const std::string body = json(kPrompt).dump() + std::string(20000, ' ');
+  for (const char* type : {"application/x-www-form-urlencoded", "text/plain", "application/json"}) {
+    auto r = s.http().Post("/v1/completions", body, type);
+    ASSERT_TRUE(r) << type;
+    EXPECT_EQ(r->status, 200) << type << ": " << r->body;
+  }
+  // The size limit holds whatever the type.
+  const std::string huge = json(kPrompt).dump() + std::string(9 << 20, ' ');
+  for (const char* type : {"application/x-www-form-urlencoded", "application/json"}) {
+    expect_error(s.http().Post("/v1/completions", huge, type), 413, "larger than");
+  }
+  httplib::MultipartFormDataItems form = {{"prompt", "Once", "", ""}};
+  expect_error(s.http().Post("/v1/completions", form), 415, "multipart");
+  s.post("/v1/models/unload", {{"model", "only"}});
+  s.expect_clean();
+}
+
+TEST(ServeCompat, TheKeyMayComeAsXApiKey) {
+  Served s({"-m", spm() + ":only", "--api-key", "k-123"}, false);
+  s.http().set_default_headers({{"X-Api-Key", "k-123"}});
+  EXPECT_EQ(s.get("/v1/models")["data"].size(), 1u);
+  EXPECT_EQ(s.post_json("/v1/completions", kPrompt)["usage"]["completion_tokens"], 2);
+  s.http().set_default_headers({{"X-Api-Key", "k-124"}});
+  expect_error(s.http().Get("/v1/models"), 401, "X-Api-Key");
+  s.http().set_default_headers({});
+  expect_error(s.http().Get("/v1/models"), 401, "API key");
+  s.http().set_default_headers({{"X-Api-Key", "k-123"}});
+  s.post("/v1/models/unload", {{"model", "only"}});
+  s.expect_clean();
+}

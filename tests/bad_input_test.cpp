@@ -32,6 +32,7 @@ std::vector<Bad> corpus() {
                                "{\"max_tokens\":Infinity}"}) {
     out.push_back({"body " + b.substr(0, 24), chat_path, b});
     out.push_back({"body " + b.substr(0, 24), "/v1/models/load", b});
+    for (const char* path : {"/tokenize", "/detokenize", "/apply-template"}) out.push_back({"body " + b.substr(0, 24), path, b});
   }
   // A field with each wrong value, on a request otherwise good.
   auto field = [&](const std::string& path, json base, const std::string& key, const std::vector<json>& values) {
@@ -96,6 +97,17 @@ std::vector<Bad> corpus() {
   deep_in(chat_path, good_chat(), {"response_format", "json_schema", "schema"});
   deep_in(chat_path, good_chat(), {"no_such_field"});
   deep_in("/v1/embeddings", json{{"model", "bpe"}}, {"input"});
+  // llama-server's own.
+  field("/tokenize", json{{"model", "bpe"}, {"content", "x"}}, "content",
+        {1, json::object(), json::array({1.5}), json::array({json::array({1})}), json::array({-1}), json::array({4294967297LL}),
+         json::array({999999999}), json::array({true})});
+  for (const std::string& key : {"add_special", "parse_special", "with_pieces"}) {
+    field("/tokenize", json{{"model", "bpe"}, {"content", "x"}}, key, {"yes", 1, json::array()});
+  }
+  field("/tokenize", json{{"model", "bpe"}, {"content", "x"}}, "model", {1, "nope", "../x", json::array()});
+  field("/detokenize", json{{"model", "bpe"}, {"tokens", {1}}}, "tokens",
+        {"x", 1, json::array({"a"}), json::array({-1}), json::array({999999999}), json::array({1.5}), json::object()});
+  field("/apply-template", good_chat(), "messages", {"hello", 1, json::array(), json::array({{{"role", "user"}}})});
   // The control endpoints.
   field("/v1/models/load", json{{"model", "bpe"}}, "model", {1, nullptr, "nope", "../x", ""});
   field("/v1/models/load", json{{"model", "bpe"}}, "pin", {"yes", 1});

@@ -100,3 +100,46 @@ TEST(ServeCompat, TheKeyMayComeAsXApiKey) {
   s.post("/v1/models/unload", {{"model", "only"}});
   s.expect_clean();
 }
+
+// llama-server's /tokenize, /detokenize and /apply-template, as its own
+// tests (tools/server/tests/unit/test_tokenize.py, test_chat_completion.py)
+// call them.
+TEST(ServeCompat, TokenizeDetokenizeAndApplyTemplateAnswerAsLlamaServers) {
+  Served s({"-m", spm() + ":only"}, false);
+  const std::string content = "What is the capital of France ?";
+  const json tok = s.post_json("/tokenize", {{"content", content}});
+  ASSERT_GT(tok["tokens"].size(), 5u) << tok.dump();
+  const json detok = s.post_json("/detokenize", {{"tokens", tok["tokens"]}});
+  std::string back = detok["content"];
+  back.erase(0, back.find_first_not_of(' '));
+  EXPECT_EQ(back, content);
+  // With the model's BOS first (spm's is 1), and with each token's piece:
+  // text where it is whole UTF-8, its bytes where it is not.
+  EXPECT_EQ(s.post_json("/tokenize", {{"content", content}, {"add_special", true}})["tokens"][0], 1);
+  const json pieces = s.post_json("/tokenize", {{"content", "unicode 媽 and emoji 🤗"}, {"with_pieces", true}});
+  std::string joined;
+  for (const json& t : pieces["tokens"]) {
+    EXPECT_GT(t["id"].get<int>(), 0) << t.dump();
+    ASSERT_TRUE(t["piece"].is_string() || t["piece"].is_array()) << t.dump();
+    if (t["piece"].is_string()) joined += t["piece"].get<std::string>();
+    for (const json& b : t["piece"].is_array() ? t["piece"] : json::array()) joined += static_cast<char>(b.get<int>());
+  }
+  EXPECT_NE(joined.find("媽"), std::string::npos) << pieces.dump();
+  EXPECT_NE(joined.find("🤗"), std::string::npos) << pieces.dump();
+  // Strings and ids mixed, as llama-server takes them.
+  const json mixed = s.post_json("/tokenize", {{"content", json::array({"Hi", 15, "there"})}});
+  EXPECT_EQ(mixed["tokens"][1], 15) << mixed.dump();
+  expect_error(s.post("/detokenize", {{"tokens", {1, 99999999}}}), 400, "99999999");
+  expect_error(s.post("/tokenize", {{"content", json::array({-4})}}), 400, "-4");
+  expect_error(s.post("/tokenize", {{"content", 5}}), 400, "'content'");
+  expect_error(s.post("/tokenize", {{"model", "other"}, {"content", "x"}}), 404, "other");
+
+  const json t = s.post_json("/apply-template", {{"messages", {{{"role", "system"}, {"content", "Be brief."}},
+                                                                {{"role", "user"}, {"content", "Where is Paris?"}}}}});
+  const std::string prompt = t["prompt"];
+  EXPECT_NE(prompt.find("Be brief."), std::string::npos) << prompt;
+  EXPECT_LT(prompt.find("Be brief."), prompt.find("Where is Paris?")) << prompt;
+  expect_error(s.post("/apply-template", json::object()), 400, "'messages'");
+  s.post("/v1/models/unload", {{"model", "only"}});
+  s.expect_clean();
+}

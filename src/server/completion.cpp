@@ -417,6 +417,29 @@ void Server::completions(const httplib::Request& req, httplib::Response& res) {
   });
 }
 
+// llama-server's /apply-template: the prompt a chat request's messages make
+// with its model's template, rendered as a chat completion renders it (with
+// the same bounds), nothing decoded.
+void Server::apply_template(const httplib::Request& req, httplib::Response& res) {
+  in_run([&](std::shared_ptr<RequestRun> request) {
+    const json body = openai_body(req);
+    Running run;
+    run.request = std::move(request);
+    const ModelSettings settings = settings_if_known(named_model(body));
+    run.req = parse_completion_request(body, true, settings.request_defaults);
+    run.chat_template = settings.chat_template.value_or(options_.chat_template);
+    run.chat = true;
+    run.request->hold(run.req.model, std::nullopt);
+    // The template reads the model's special tokens as text.
+    if (!has_tokenizer(run.request->model().vocab())) {
+      throw NoTokenizer("model '" + run.req.model + "' has no tokenizer (llama.cpp's no_vocab): it has no chat template to apply");
+    }
+    render_chat(run, run.request->model());
+    run.request->succeed();
+    res.set_content(json{{"prompt", run.req.generate.prompt}}.dump(), "application/json");
+  });
+}
+
 void Server::chat_completions(const httplib::Request& req, httplib::Response& res) {
   in_run([&](std::shared_ptr<RequestRun> run) {
     const json body = openai_body(req);

@@ -62,6 +62,10 @@ const std::vector<Server::Route>& Server::route_table() {
       {"POST", "/completions", send_error, &Server::completions},
       {"POST", "/chat/completions", send_error, &Server::chat_completions},
       {"POST", "/embeddings", send_error, &Server::embeddings},
+      // llama-server's own (server/completion.cpp, server/tokenize.cpp).
+      {"POST", "/apply-template", send_error, &Server::apply_template},
+      {"POST", "/tokenize", send_error, &Server::tokenize_text},
+      {"POST", "/detokenize", send_error, &Server::detokenize_tokens},
       // Ollama's (server/ollama_routes.cpp), with its {"error": "..."}.
       {"GET", "/api/version", send_ollama_error, &Server::ollama_version},
       {"GET", "/api/tags", send_ollama_error, &Server::ollama_tags},

@@ -120,6 +120,10 @@ class Server {
   void completions(const httplib::Request& req, httplib::Response& res);
   void chat_completions(const httplib::Request& req, httplib::Response& res);
   void embeddings(const httplib::Request& req, httplib::Response& res);
+  void apply_template(const httplib::Request& req, httplib::Response& res);
+  // llama-server's /tokenize and /detokenize (server/tokenize.cpp).
+  void tokenize_text(const httplib::Request& req, httplib::Response& res);
+  void detokenize_tokens(const httplib::Request& req, httplib::Response& res);
   // Ollama's (server/ollama_routes.cpp).
   void ollama_version(const httplib::Request& req, httplib::Response& res);
   void ollama_tags(const httplib::Request& req, httplib::Response& res);

@@ -1,0 +1,105 @@
+// llama-server's /tokenize and /detokenize, on the request path every
+// endpoint takes: the body's model (or the default), held while its
+// vocabulary is read.
+#include <httplib.h>
+
+#include <algorithm>
+
+#include "engine/generate.h"
+#include "engine/text_stream.h"
+#include "server/json_fields.h"
+#include "server/openai.h"
+#include "server/server.h"
+
+namespace reclaim::server {
+
+using nlohmann::json;
+
+namespace {
+
+// A token id as JSON has it, or a 400 naming the field.
+llama_token token_id(const json& t, const char* field) {
+  if (!t.is_number_integer() || (t.is_number_unsigned() ? t.get<uint64_t>() > INT32_MAX : t.get<int64_t>() < INT32_MIN)) {
+    bad_field(field, std::string("'") + field + "' has " + t.dump() + ", which is no token id", "invalid_prompt");
+  }
+  return static_cast<llama_token>(t.get<int64_t>());
+}
+
+// llama-server's "mixed" content: a string, or an array of strings and token
+// ids, each string tokenized apart (special tokens in it parsed when
+// `parse_special`); `add_special` adds the model's BOS and EOS around the
+// first string only.
+std::vector<llama_token> content_tokens(const llama_vocab* vocab, const json& content, bool add_special, bool parse_special) {
+  if (content.is_string()) return tokenize(vocab, content.get<std::string>(), add_special, parse_special);
+  if (!content.is_array()) bad_field("content", "'content' must be a string, or an array of strings and token ids");
+  std::vector<llama_token> out;
+  bool first = true;
+  for (const json& part : content) {
+    if (part.is_string()) {
+      const std::vector<llama_token> t = tokenize(vocab, part.get<std::string>(), add_special && first, parse_special);
+      out.insert(out.end(), t.begin(), t.end());
+      first = false;
+    } else {
+      out.push_back(token_id(part, "content"));
+    }
+  }
+  check_token_ids(vocab, out);
+  return out;
+}
+
+// A piece that is not whole UTF-8 (a byte of a multi-byte character) is
+// its bytes, as llama-server gives it.
+json piece_json(const std::string& piece) {
+  if (valid_utf8(piece) == piece) return piece;
+  json bytes = json::array();
+  for (unsigned char c : piece) bytes.push_back(static_cast<int>(c));
+  return bytes;
+}
+
+}  // namespace
+
+void Server::tokenize_text(const httplib::Request& req, httplib::Response& res) {
+  in_run([&](std::shared_ptr<RequestRun> run) {
+    const json body = openai_body(req);
+    if (!has_field(body, "model")) bad_request(kModelRequired, "model_required");
+    const std::string model = get_field<std::string>(body, "model", "a string");
+    const bool add_special = has_field(body, "add_special") && get_field<bool>(body, "add_special", "true or false");
+    const bool parse_special = !has_field(body, "parse_special") || get_field<bool>(body, "parse_special", "true or false");
+    const bool with_pieces = has_field(body, "with_pieces") && get_field<bool>(body, "with_pieces", "true or false");
+    settings_of(model);  // an unknown model is a 404 here, as at the lease
+    run->hold(model, std::nullopt);
+    const llama_vocab* vocab = run->model().vocab();
+    json tokens = json::array();
+    if (has_field(body, "content")) {
+      for (llama_token t : content_tokens(vocab, body["content"], add_special, parse_special)) {
+        tokens.push_back(with_pieces ? json{{"id", t}, {"piece", piece_json(token_piece(vocab, t, true))}} : json(t));
+      }
+    }
+    run->succeed();
+    res.set_content(json{{"tokens", tokens}}.dump(), "application/json");
+  });
+}
+
+void Server::detokenize_tokens(const httplib::Request& req, httplib::Response& res) {
+  in_run([&](std::shared_ptr<RequestRun> run) {
+    const json body = openai_body(req);
+    if (!has_field(body, "model")) bad_request(kModelRequired, "model_required");
+    const std::string model = get_field<std::string>(body, "model", "a string");
+    std::vector<llama_token> ids;
+    if (has_field(body, "tokens")) {
+      if (!body["tokens"].is_array()) bad_field("tokens", "'tokens' must be an array of token ids");
+      for (const json& t : body["tokens"]) ids.push_back(token_id(t, "tokens"));
+    }
+    settings_of(model);
+    run->hold(model, std::nullopt);
+    const llama_vocab* vocab = run->model().vocab();
+    check_token_ids(vocab, ids);
+    std::string text;
+    for (llama_token t : ids) text += token_piece(vocab, t, true);
+    run->succeed();
+    // Ids may end inside a character: what is not whole UTF-8 is U+FFFD.
+    res.set_content(json{{"content", valid_utf8(text)}}.dump(), "application/json");
+  });
+}
+
+}  // namespace reclaim::server

@@ -32,7 +32,9 @@ std::vector<Bad> corpus() {
                                "{\"max_tokens\":Infinity}"}) {
     out.push_back({"body " + b.substr(0, 24), chat_path, b});
     out.push_back({"body " + b.substr(0, 24), "/v1/models/load", b});
-    for (const char* path : {"/tokenize", "/detokenize", "/apply-template"}) out.push_back({"body " + b.substr(0, 24), path, b});
+    for (const char* path : {"/tokenize", "/detokenize", "/apply-template", "/v1/messages", "/v1/messages/count_tokens"}) {
+      out.push_back({"body " + b.substr(0, 24), path, b});
+    }
   }
   // A field with each wrong value, on a request otherwise good.
   auto field = [&](const std::string& path, json base, const std::string& key, const std::vector<json>& values) {
@@ -108,6 +110,23 @@ std::vector<Bad> corpus() {
   field("/detokenize", json{{"model", "bpe"}, {"tokens", {1}}}, "tokens",
         {"x", 1, json::array({"a"}), json::array({-1}), json::array({999999999}), json::array({1.5}), json::object()});
   field("/apply-template", good_chat(), "messages", {"hello", 1, json::array(), json::array({{{"role", "user"}}})});
+  // Anthropic's: answered in its own shape, {"type": "error", "error": {"type", "message"}}.
+  const json message = {{"model", "bpe"}, {"max_tokens", 2}, {"messages", {{{"role", "user"}, {"content", "hi"}}}}};
+  field("/v1/messages", message, "max_tokens", {"2", -1, 0, 1.5, nullptr, json::array()});
+  field("/v1/messages", message, "messages",
+        {"hi", json::array(), json::array({1}), json::array({{{"role", "system"}, {"content", "x"}}}),
+         json::array({{{"role", "user"}}}), json::array({{{"role", "user"}, {"content", 1}}}),
+         json::array({{{"role", "user"}, {"content", json::array({{{"type", "image"}}})}}}),
+         json::array({{{"role", "user"}, {"content", json::array({{{"type", "tool_result"}}})}}}),
+         json::array({{{"role", "assistant"}, {"content", json::array({{{"type", "tool_use"}, {"id", 1}, {"name", "f"}}})}}}),
+         json::array({{{"role", "user"}, {"content", json::array({{{"type", "text"}}})}}})});
+  field("/v1/messages", message, "system", {1, json::object(), json::array({1}), json::array({{{"type", "image"}}})});
+  field("/v1/messages", message, "tools", {1, "x", json::array({1}), json::array({{{"type", "bash_20250124"}, {"name", "bash"}}})});
+  field("/v1/messages", message, "tool_choice", {"auto", 1, json::object(), json{{"type", "tool"}}});
+  field("/v1/messages", message, "stop_sequences", {"END", json::array({1}), json::array({"a", "b", "c", "d", "e"})});
+  field("/v1/messages", message, "temperature", {"warm", -1, 3});
+  field("/v1/messages", message, "model", {1, "nope", "../x"});
+  field("/v1/messages/count_tokens", message, "messages", {json::array(), "hi"});
   // The control endpoints.
   field("/v1/models/load", json{{"model", "bpe"}}, "model", {1, nullptr, "nope", "../x", ""});
   field("/v1/models/load", json{{"model", "bpe"}}, "pin", {"yes", 1});

@@ -393,8 +393,9 @@ std::string named_model(const json& body) {
 
 }  // namespace
 
-json Server::openai_body(const httplib::Request& req) const {
-  json body = parse_object(req.body);
+json Server::openai_body(const httplib::Request& req) const { return with_default_model(parse_object(req.body)); }
+
+json Server::with_default_model(json body) const {
   const auto it = body.find("model");
   if (it != body.end() && !it->is_null()) return body;
   // As llama-server does: a server of one model (or with --default-model)
@@ -417,26 +418,33 @@ void Server::completions(const httplib::Request& req, httplib::Response& res) {
   });
 }
 
+std::vector<llama_token> Server::render_only(std::shared_ptr<RequestRun> request, const json& body, std::string& prompt) {
+  Running run;
+  run.request = std::move(request);
+  const ModelSettings settings = settings_if_known(named_model(body));
+  run.req = parse_completion_request(body, true, settings.request_defaults);
+  run.chat_template = settings.chat_template.value_or(options_.chat_template);
+  run.chat = true;
+  run.request->hold(run.req.model, std::nullopt);
+  const llama_vocab* vocab = run.request->model().vocab();
+  // The template reads the model's special tokens as text.
+  if (!has_tokenizer(vocab)) {
+    throw NoTokenizer("model '" + run.req.model + "' has no tokenizer (llama.cpp's no_vocab): it has no chat template to apply");
+  }
+  render_chat(run, run.request->model());
+  prompt = run.req.generate.prompt;
+  return tokenize(vocab, prompt, run.req.generate.add_special);
+}
+
 // llama-server's /apply-template: the prompt a chat request's messages make
 // with its model's template, rendered as a chat completion renders it (with
 // the same bounds), nothing decoded.
 void Server::apply_template(const httplib::Request& req, httplib::Response& res) {
-  in_run([&](std::shared_ptr<RequestRun> request) {
-    const json body = openai_body(req);
-    Running run;
-    run.request = std::move(request);
-    const ModelSettings settings = settings_if_known(named_model(body));
-    run.req = parse_completion_request(body, true, settings.request_defaults);
-    run.chat_template = settings.chat_template.value_or(options_.chat_template);
-    run.chat = true;
-    run.request->hold(run.req.model, std::nullopt);
-    // The template reads the model's special tokens as text.
-    if (!has_tokenizer(run.request->model().vocab())) {
-      throw NoTokenizer("model '" + run.req.model + "' has no tokenizer (llama.cpp's no_vocab): it has no chat template to apply");
-    }
-    render_chat(run, run.request->model());
-    run.request->succeed();
-    res.set_content(json{{"prompt", run.req.generate.prompt}}.dump(), "application/json");
+  in_run([&](std::shared_ptr<RequestRun> run) {
+    std::string prompt;
+    (void)render_only(run, openai_body(req), prompt);
+    run->succeed();
+    res.set_content(json{{"prompt", prompt}}.dump(), "application/json");
   });
 }
 

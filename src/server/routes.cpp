@@ -6,6 +6,7 @@
 // member function.
 #include <httplib.h>
 
+#include "server/anthropic.h"
 #include "server/connections.h"
 #include "server/http_errors.h"
 #include "server/ollama.h"
@@ -62,6 +63,9 @@ const std::vector<Server::Route>& Server::route_table() {
       {"POST", "/completions", send_error, &Server::completions},
       {"POST", "/chat/completions", send_error, &Server::chat_completions},
       {"POST", "/embeddings", send_error, &Server::embeddings},
+      // Anthropic's (server/anthropic_routes.cpp), with its error shape.
+      {"POST", "/v1/messages", send_anthropic_error, &Server::anthropic_messages},
+      {"POST", "/v1/messages/count_tokens", send_anthropic_error, &Server::anthropic_count_tokens},
       // llama-server's own (server/completion.cpp, server/tokenize.cpp).
       {"POST", "/apply-template", send_error, &Server::apply_template},
       {"POST", "/tokenize", send_error, &Server::tokenize_text},

@@ -121,6 +121,12 @@ class Server {
   void chat_completions(const httplib::Request& req, httplib::Response& res);
   void embeddings(const httplib::Request& req, httplib::Response& res);
   void apply_template(const httplib::Request& req, httplib::Response& res);
+  // Anthropic's Messages API (server/anthropic_routes.cpp).
+  void anthropic_messages(const httplib::Request& req, httplib::Response& res);
+  void anthropic_count_tokens(const httplib::Request& req, httplib::Response& res);
+  // A chat request's prompt as its model's template renders it, and its
+  // tokens, with the model held by `run`; nothing decoded.
+  std::vector<llama_token> render_only(std::shared_ptr<RequestRun> run, const nlohmann::json& body, std::string& prompt);
   // llama-server's /tokenize and /detokenize (server/tokenize.cpp).
   void tokenize_text(const httplib::Request& req, httplib::Response& res);
   void detokenize_tokens(const httplib::Request& req, httplib::Response& res);
@@ -177,6 +183,7 @@ class Server {
   ModelSettings settings_if_known(const std::string& model);
   // An OpenAI body's JSON, with the default model where it names none.
   nlohmann::json openai_body(const httplib::Request& req) const;
+  nlohmann::json with_default_model(nlohmann::json body) const;
   Baseline baseline();
   HttpStats http_stats() const;
   ServerOptions options_;

@@ -183,18 +183,26 @@ TEST(Chat, AReplyNestedDeeperThanTheParserFollowsIsContent) {
   EXPECT_EQ(whole.content, reply);
 }
 
-TEST(Chat, TemplatesThatCannotShowToolsAreRefusedWithTheFieldNamed) {
+// Agents send their tools with every request: a template that cannot show
+// them renders the chat without them, answered in text; only a call that is
+// required is refused, with the field named.
+TEST(Chat, TemplatesWithoutToolCallsRenderTheChatAndRefuseOnlyARequiredCall) {
   Model bpe(small_load("bpe"));  // qwen2's template has no tool calls
   for (const std::string& tmpl : {std::string(""), std::string("chatml")}) {
+    for (ToolChoice choice : {ToolChoice::automatic, ToolChoice::none}) {
+      ChatRender r = ChatTemplate(bpe, tmpl).render(weather_chat(choice));
+      EXPECT_NE(r.prompt.find("Paris"), std::string::npos) << tmpl << ": " << r.prompt;
+      EXPECT_EQ(r.prompt.find("get_weather"), std::string::npos) << tmpl << ": " << r.prompt;
+      EXPECT_TRUE(r.grammar.empty()) << tmpl;
+    }
     try {
-      ChatTemplate(bpe, tmpl).render(weather_chat(ToolChoice::automatic));
+      ChatTemplate(bpe, tmpl).render(weather_chat(ToolChoice::required));
       FAIL() << "no error for '" << tmpl << "'";
     } catch (const ChatError& e) {
-      EXPECT_EQ(e.param(), "tools");
+      EXPECT_EQ(e.param(), "tool_choice");
+      EXPECT_NE(std::string(e.what()).find("cannot be required"), std::string::npos) << e.what();
     }
   }
-  // tool_choice "none" offers nothing, so nothing is refused.
-  EXPECT_NO_THROW(ChatTemplate(bpe, "").render(weather_chat(ToolChoice::none)));
 }
 
 TEST(Chat, AJsonSchemaIsAGrammarTheGreedyReplyFollows) {

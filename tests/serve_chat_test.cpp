@@ -65,6 +65,18 @@ TEST(ServeChat, AnAgentsTranscriptIsTaken) {
     EXPECT_EQ(reply["choices"][0]["message"]["role"], "assistant") << reply.dump();
     EXPECT_TRUE(reply["choices"][0]["message"]["content"].is_string()) << reply.dump();
     EXPECT_GT(reply["usage"]["prompt_tokens"].get<int>(), 10) << reply.dump();
+    // An agent sends its tools with every turn: a template without tool
+    // calls answers in text, with the same prompt (the tools cannot be
+    // shown), streamed or not; a call it cannot make is refused.
+    const json with_tools = {{"model", m}, {"messages", messages}, {"max_tokens", 4}, {"temperature", 0},
+                             {"tools", json::array({weather_tool()})}, {"tool_choice", "auto"}};
+    const json answered = s.post_json("/v1/chat/completions", with_tools);
+    EXPECT_EQ(answered["choices"][0]["message"]["content"], reply["choices"][0]["message"]["content"]) << answered.dump();
+    EXPECT_EQ(answered["usage"]["prompt_tokens"], reply["usage"]["prompt_tokens"]) << answered.dump();
+    EXPECT_EQ(streamed_content(s, with_tools).first, reply["choices"][0]["message"]["content"]);
+    json required = with_tools;
+    required["tool_choice"] = "required";
+    expect_error(s.post("/v1/chat/completions", required), 400, "cannot be required");
   }
   s.expect_clean();
 }
@@ -82,7 +94,8 @@ TEST(ServeChat, EachMistakeIsA400NamingItsField) {
       {{{"messages", json::array({{{"role", "user"}, {"content", nullptr}}})}}, "messages[0].content"},
       {{{"tools", json::array({weather_tool()})}, {"tool_choice", {{"type", "function"}, {"function", {{"name", "other"}}}}}},
        "tool_choice"},
-      {{{"tools", json::array({weather_tool()})}}, "tools"},  // qwen2's template has no tool calls
+      // qwen2's template has no tool calls: a call cannot be required.
+      {{{"tools", json::array({weather_tool()})}, {"tool_choice", "required"}}, "tool_choice"},
       {{{"tools", json::array({{{"type", "function"}, {"function", {{"name", 3}}}}})}}, "tools[0].function.name"},
       {{{"logit_bias", {{"99999999", 5}}}}, "logit_bias"},
       {{{"logit_bias", {{"12", 500}}}}, "logit_bias"},

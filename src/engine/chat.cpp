@@ -399,21 +399,28 @@ ChatRender ChatTemplate::render(const ChatRequest& req, const TemplateBounds& bo
   in.use_jinja = !builtin_;
   in.reasoning_format = COMMON_REASONING_FORMAT_DEEPSEEK;  // llama-server's default
   if (req.think) in.enable_thinking = *req.think;
-  const bool with_tools = !in.tools.empty() && req.tool_choice != ToolChoice::none;
-  if (with_tools && builtin_) {
-    throw ChatError("tools need a Jinja chat template; this model's is a built-in one, which cannot show them", "tools");
-  }
-  const std::map<std::string, bool> caps = common_chat_templates_get_caps(impl_->templates.get());
+  bool with_tools = !in.tools.empty() && req.tool_choice != ToolChoice::none;
+  std::map<std::string, bool> caps;
+  if (!builtin_) caps = common_chat_templates_get_caps(impl_->templates.get());
   auto cap = [&](const char* name) {
     const auto it = caps.find(name);
     return it != caps.end() && it->second;
   };
-  // Offered to a template that has no tool calls, tools would be dropped
-  // without a word, and tool_choice "required" ignored.
+  // A template without tool calls (a built-in one has none) cannot offer
+  // tools. Agents send theirs with every request whatever the model: as
+  // llama-server does, the chat is rendered without them and answered in
+  // text. Only a request that must get a call is refused, since it cannot
+  // be honoured.
   if (with_tools && !cap("supports_tool_calls")) {
-    throw ChatError("this model's chat template has no tool calls, so it cannot be offered tools (give the model a "
-                    "template that has them: chat_template in --config, or --chat-template)",
-                    "tools");
+    if (req.tool_choice == ToolChoice::required) {
+      throw ChatError(std::string(builtin_ ? "this model's chat template is a built-in one" : "this model's chat template") +
+                          ", which has no tool calls, so a tool call cannot be required (give the model a template that has "
+                          "them: chat_template in --config, or --chat-template)",
+                      "tool_choice");
+    }
+    in.tools.clear();
+    in.tool_choice = COMMON_CHAT_TOOL_CHOICE_NONE;
+    with_tools = false;
   }
   in.parallel_tool_calls = req.parallel_tool_calls.value_or(cap("supports_parallel_tool_calls"));
 

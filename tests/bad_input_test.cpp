@@ -32,7 +32,7 @@ std::vector<Bad> corpus() {
                                "{\"max_tokens\":Infinity}"}) {
     out.push_back({"body " + b.substr(0, 24), chat_path, b});
     out.push_back({"body " + b.substr(0, 24), "/v1/models/load", b});
-    for (const char* path : {"/tokenize", "/detokenize", "/apply-template", "/v1/messages", "/v1/messages/count_tokens"}) {
+    for (const char* path : {"/tokenize", "/detokenize", "/apply-template", "/v1/messages", "/v1/messages/count_tokens", "/v1/responses"}) {
       out.push_back({"body " + b.substr(0, 24), path, b});
     }
   }
@@ -127,6 +127,19 @@ std::vector<Bad> corpus() {
   field("/v1/messages", message, "temperature", {"warm", -1, 3});
   field("/v1/messages", message, "model", {1, "nope", "../x"});
   field("/v1/messages/count_tokens", message, "messages", {json::array(), "hi"});
+  // OpenAI's Responses.
+  const json response = {{"model", "bpe"}, {"max_output_tokens", 2}, {"input", "hi"}};
+  field("/v1/responses", response, "input",
+        {1, nullptr, json::array(), json::array({1}), json::array({{{"role", "robot"}, {"content", "x"}}}),
+         json::array({{{"role", "user"}, {"content", 1}}}), json::array({{{"role", "user"}, {"content", json::array({{{"type", "input_image"}}})}}}),
+         json::array({{{"type", "function_call"}, {"name", "f"}}}), json::array({{{"type", "function_call_output"}, {"call_id", "c"}}}),
+         json::array({{{"type", "computer_call"}}})});
+  field("/v1/responses", response, "instructions", {1, json::array()});
+  field("/v1/responses", response, "previous_response_id", {"resp_1"});
+  field("/v1/responses", response, "tools", {1, json::array({{{"type", "web_search"}}}), json::array({{{"type", "function"}}})});
+  field("/v1/responses", response, "tool_choice", {1, "sometimes", json{{"type", "function"}}});
+  field("/v1/responses", response, "text", {1, json{{"format", {{"type", "yaml"}}}}});
+  field("/v1/responses", response, "max_output_tokens", {"2", -1, 1.5});
   // The control endpoints.
   field("/v1/models/load", json{{"model", "bpe"}}, "model", {1, nullptr, "nope", "../x", ""});
   field("/v1/models/load", json{{"model", "bpe"}}, "pin", {"yes", 1});

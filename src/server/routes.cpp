@@ -57,12 +57,14 @@ const std::vector<Server::Route>& Server::route_table() {
       {"POST", "/v1/completions", send_error, &Server::completions},
       {"POST", "/v1/chat/completions", send_error, &Server::chat_completions},
       {"POST", "/v1/embeddings", send_error, &Server::embeddings},
+      {"POST", "/v1/responses", send_error, &Server::responses},
       // The same without the prefix, as llama-server serves them and as
       // clients whose base URL has no /v1 call them.
       {"GET", "/models", send_error, &Server::list_models},
       {"POST", "/completions", send_error, &Server::completions},
       {"POST", "/chat/completions", send_error, &Server::chat_completions},
       {"POST", "/embeddings", send_error, &Server::embeddings},
+      {"POST", "/responses", send_error, &Server::responses},
       // Anthropic's (server/anthropic_routes.cpp), with its error shape.
       {"POST", "/v1/messages", send_anthropic_error, &Server::anthropic_messages},
       {"POST", "/v1/messages/count_tokens", send_anthropic_error, &Server::anthropic_count_tokens},

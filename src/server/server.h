@@ -121,6 +121,8 @@ class Server {
   void chat_completions(const httplib::Request& req, httplib::Response& res);
   void embeddings(const httplib::Request& req, httplib::Response& res);
   void apply_template(const httplib::Request& req, httplib::Response& res);
+  // OpenAI's Responses API (server/responses_routes.cpp).
+  void responses(const httplib::Request& req, httplib::Response& res);
   // Anthropic's Messages API (server/anthropic_routes.cpp).
   void anthropic_messages(const httplib::Request& req, httplib::Response& res);
   void anthropic_count_tokens(const httplib::Request& req, httplib::Response& res);

@@ -49,4 +49,9 @@ class Answer {
 // OpenAI's (server/openai_answer.cpp).
 std::unique_ptr<Answer> openai_answer(const CompletionRequest& req);
 
+// What every API's reply ids and times are made of: a number unique in the
+// process, and the time in unix seconds.
+uint64_t next_reply_number();
+int64_t unix_now();
+
 }  // namespace reclaim::server

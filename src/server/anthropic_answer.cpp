@@ -5,8 +5,6 @@
 // stream waits for its model.
 #include <httplib.h>
 
-#include <atomic>
-
 #include "server/anthropic.h"
 
 namespace reclaim::server {
@@ -14,8 +12,6 @@ namespace reclaim::server {
 using nlohmann::json;
 
 namespace {
-
-std::atomic<uint64_t> g_next_id{1};
 
 std::string event(const char* name, const json& data) { return std::string("event: ") + name + "\ndata: " + data.dump() + "\n\n"; }
 
@@ -43,7 +39,7 @@ const char* stop_reason(FinishReason f, const ChatReply* reply) {
 
 class AnthropicAnswer : public Answer {
  public:
-  explicit AnthropicAnswer(const CompletionRequest& req) : req_(req), id_("msg_" + std::to_string(g_next_id.fetch_add(1))) {}
+  explicit AnthropicAnswer(const CompletionRequest& req) : req_(req), id_("msg_" + std::to_string(next_reply_number())) {}
 
   void send_error(httplib::Response& res, const ApiError& e) const override { send_anthropic_error(res, e); }
 

@@ -14,18 +14,13 @@ using nlohmann::json;
 
 namespace {
 
-std::string at(const std::string& base, size_t i) { return base + "[" + std::to_string(i) + "]"; }
-
 // A block's `type`, or a 400.
 std::string block_type(const json& b, const std::string& here) {
   if (!b.is_object() || !b.contains("type") || !b["type"].is_string()) bad_field(here, "'" + here + "' must be an object with a 'type'");
   return b["type"].get<std::string>();
 }
 
-std::string text_of(const json& b, const std::string& here) {
-  if (!b.contains("text") || !b["text"].is_string()) bad_field(here + ".text", "'" + here + ".text' must be a string");
-  return b["text"].get<std::string>();
-}
+std::string text_of(const json& b, const std::string& here) { return string_at(b, "text", here).get<std::string>(); }
 
 // A string, or text blocks joined (system prompts, tool results).
 std::string plain_text(const json& v, const std::string& here) {
@@ -33,7 +28,7 @@ std::string plain_text(const json& v, const std::string& here) {
   if (!v.is_array()) bad_field(here, "'" + here + "' must be a string or an array of text blocks");
   std::string out;
   for (size_t k = 0; k < v.size(); ++k) {
-    const std::string there = at(here, k);
+    const std::string there = indexed(here, k);
     const std::string type = block_type(v[k], there);
     if (type != "text") bad_field(there, "'" + there + "' is a '" + type + "' block: this server reads text only", "unsupported_content");
     if (!out.empty()) out += "\n";
@@ -44,7 +39,7 @@ std::string plain_text(const json& v, const std::string& here) {
 
 // One message's blocks, as the chat messages they make.
 void add_message(const json& m, size_t i, json& out) {
-  const std::string here = at("messages", i);
+  const std::string here = indexed("messages", i);
   if (!m.is_object()) bad_field(here, "'" + here + "' must be an object");
   const std::string role = m.value("role", "");
   if (role != "user" && role != "assistant") bad_field(here + ".role", "'" + here + ".role' must be \"user\" or \"assistant\"");
@@ -58,29 +53,26 @@ void add_message(const json& m, size_t i, json& out) {
   std::string text, thinking;
   json calls = json::array(), results = json::array();
   for (size_t k = 0; k < content.size(); ++k) {
-    const std::string there = at(here + ".content", k);
+    const std::string there = indexed(here + ".content", k);
     const json& b = content[k];
     const std::string type = block_type(b, there);
     if (type == "text") {
       text += text_of(b, there);
     } else if (type == "thinking" && role == "assistant") {
-      if (!b.contains("thinking") || !b["thinking"].is_string()) bad_field(there + ".thinking", "'" + there + ".thinking' must be a string");
-      thinking += b["thinking"].get<std::string>();
+      thinking += string_at(b, "thinking", there).get<std::string>();
     } else if (type == "redacted_thinking" && role == "assistant") {
       // Another server's sealed reasoning: nothing a template can read.
     } else if (type == "tool_use" && role == "assistant") {
-      if (!b.contains("id") || !b["id"].is_string()) bad_field(there + ".id", "'" + there + ".id' must be a string");
-      if (!b.contains("name") || !b["name"].is_string()) bad_field(there + ".name", "'" + there + ".name' must be a string");
+      const json& id = string_at(b, "id", there);
+      const json& name = string_at(b, "name", there);
       const json input = b.contains("input") ? b["input"] : json::object();
       if (!input.is_object()) bad_field(there + ".input", "'" + there + ".input' must be an object");
-      calls.push_back({{"id", b["id"]}, {"type", "function"}, {"function", {{"name", b["name"]}, {"arguments", input.dump()}}}});
+      calls.push_back({{"id", id}, {"type", "function"}, {"function", {{"name", name}, {"arguments", input.dump()}}}});
     } else if (type == "tool_result" && role == "user") {
-      if (!b.contains("tool_use_id") || !b["tool_use_id"].is_string()) {
-        bad_field(there + ".tool_use_id", "'" + there + ".tool_use_id' must be a string");
-      }
+      const json& use_id = string_at(b, "tool_use_id", there);
       const std::string result = b.contains("content") ? plain_text(b["content"], there + ".content") : std::string();
       const bool error = b.contains("is_error") && b["is_error"].is_boolean() && b["is_error"].get<bool>();
-      results.push_back({{"role", "tool"}, {"tool_call_id", b["tool_use_id"]}, {"content", error ? "Error: " + result : result}});
+      results.push_back({{"role", "tool"}, {"tool_call_id", use_id}, {"content", error ? "Error: " + result : result}});
     } else if (type == "image" || type == "document" || type == "search_result") {
       bad_field(there, "'" + there + "' is a '" + type + "' block: this server reads text only", "unsupported_content");
     } else {
@@ -102,7 +94,7 @@ json function_tools(const json& tools) {
   if (!tools.is_array()) bad_field("tools", "'tools' must be an array");
   json out = json::array();
   for (size_t i = 0; i < tools.size(); ++i) {
-    const std::string here = at("tools", i);
+    const std::string here = indexed("tools", i);
     const json& t = tools[i];
     if (!t.is_object()) bad_field(here, "'" + here + "' must be an object");
     const std::string type = t.value("type", "custom");
@@ -110,8 +102,7 @@ json function_tools(const json& tools) {
       bad_field(here + ".type", "'" + here + ".type' is '" + type + "': this server runs no tools of its own, only those the client defines",
                 "unsupported_tool");
     }
-    if (!t.contains("name") || !t["name"].is_string()) bad_field(here + ".name", "'" + here + ".name' must be a string");
-    json f = {{"name", t["name"]}};
+    json f = {{"name", string_at(t, "name", here)}};
     if (has_field(t, "description")) f["description"] = t["description"];
     if (has_field(t, "input_schema")) f["parameters"] = t["input_schema"];
     out.push_back({{"type", "function"}, {"function", f}});
@@ -133,8 +124,7 @@ void tool_choice(const json& c, json& o) {
   } else if (type == "none") {
     o["tool_choice"] = "none";
   } else if (type == "tool") {
-    if (!c.contains("name") || !c["name"].is_string()) bad_field("tool_choice.name", "'tool_choice.name' must be a string");
-    o["tool_choice"] = {{"type", "function"}, {"function", {{"name", c["name"]}}}};
+    o["tool_choice"] = {{"type", "function"}, {"function", {{"name", string_at(c, "name", "tool_choice")}}}};
   } else {
     bad_field("tool_choice.type", "'tool_choice.type' must be auto, any, tool or none");
   }

@@ -12,18 +12,11 @@ namespace reclaim::server {
 
 using nlohmann::json;
 
-namespace {
-
-// The model the chat body names, if a string.
-std::string model_of(const json& body) { return has_field(body, "model") && body["model"].is_string() ? body["model"].get<std::string>() : ""; }
-
-}  // namespace
-
 void Server::anthropic_messages(const httplib::Request& req, httplib::Response& res) {
   in_run([&](std::shared_ptr<RequestRun> run) {
     const json body = with_default_model(anthropic_chat_body(parse_object(req.body), false));
     complete(res,
-             {model_of(body), [&body](const json& defaults) { return parse_completion_request(body, true, defaults); },
+             {named_model(body), [&body](const json& defaults) { return parse_completion_request(body, true, defaults); },
               anthropic_answer},
              std::move(run));
   });

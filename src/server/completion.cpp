@@ -33,6 +33,7 @@
 #include "server/answer.h"
 #include "server/connections.h"
 #include "server/http_errors.h"
+#include "server/json_fields.h"
 #include "server/logprobs.h"
 #include "server/openai.h"
 #include "server/server.h"
@@ -382,16 +383,6 @@ void Server::complete(httplib::Response& res, const CompletionCall& call, std::s
         run->request->release();
       });
 }
-
-namespace {
-
-// The body's text parsed once; the model it names, if a string.
-std::string named_model(const json& body) {
-  const auto it = body.find("model");
-  return it != body.end() && it->is_string() ? it->get<std::string>() : std::string();
-}
-
-}  // namespace
 
 json Server::openai_body(const httplib::Request& req) const { return with_default_model(parse_object(req.body)); }
 

@@ -49,4 +49,23 @@ T get_field(const nlohmann::json& j, const char* name, const char* what) {
 // Whether `j` has `name` with a value other than null.
 inline bool has_field(const nlohmann::json& j, const char* name) { return j.contains(name) && !j.at(name).is_null(); }
 
+// "base[i]", the name of an element in an error's `param`.
+inline std::string indexed(const std::string& base, size_t i) { return base + "[" + std::to_string(i) + "]"; }
+
+// `item`'s string `key`, where `item` is the element named `here`; a 400
+// naming "here.key" otherwise.
+inline const nlohmann::json& string_at(const nlohmann::json& item, const char* key, const std::string& here) {
+  if (!item.is_object() || !item.contains(key) || !item[key].is_string()) {
+    bad_field(here + "." + key, "'" + here + "." + key + "' must be a string");
+  }
+  return item[key];
+}
+
+// The model a body names, if a string (empty otherwise: the lease or the
+// parse says what is wrong with it).
+inline std::string named_model(const nlohmann::json& body) {
+  const auto it = body.find("model");
+  return it != body.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
 }  // namespace reclaim::server

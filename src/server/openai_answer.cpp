@@ -14,20 +14,23 @@ namespace reclaim::server {
 
 using nlohmann::json;
 
-namespace {
-
-std::atomic<uint64_t> g_next_id{1};
+uint64_t next_reply_number() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1);
+}
 
 int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
+
+namespace {
 
 std::string sse(const json& j) { return "data: " + j.dump() + "\n\n"; }
 
 class OpenAiAnswer : public Answer {
  public:
   explicit OpenAiAnswer(const CompletionRequest& req)
-      : req_(req), id_(std::string(req.chat ? "chatcmpl-" : "cmpl-") + std::to_string(g_next_id.fetch_add(1))),
+      : req_(req), id_(std::string(req.chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_reply_number())),
         created_(unix_now()) {}
 
   void send_error(httplib::Response& res, const ApiError& e) const override { server::send_error(res, e); }

@@ -6,9 +6,6 @@
 // Every event has its sequence_number.
 #include <httplib.h>
 
-#include <atomic>
-#include <chrono>
-
 #include "server/http_errors.h"
 #include "server/responses.h"
 
@@ -18,17 +15,11 @@ using nlohmann::json;
 
 namespace {
 
-std::atomic<uint64_t> g_next_id{1};
-
-int64_t unix_now() {
-  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
 bool incomplete(FinishReason f) { return f != FinishReason::eos && f != FinishReason::stop; }
 
 class ResponsesAnswer : public Answer {
  public:
-  explicit ResponsesAnswer(const CompletionRequest& req) : req_(req), n_(std::to_string(g_next_id.fetch_add(1))), created_(unix_now()) {}
+  explicit ResponsesAnswer(const CompletionRequest& req) : req_(req), n_(std::to_string(next_reply_number())), created_(unix_now()) {}
 
   void send_error(httplib::Response& res, const ApiError& e) const override { server::send_error(res, e); }
 

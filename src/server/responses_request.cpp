@@ -14,26 +14,19 @@ using nlohmann::json;
 
 namespace {
 
-std::string at(const std::string& base, size_t i) { return base + "[" + std::to_string(i) + "]"; }
-
-const json& string_field(const json& item, const char* key, const std::string& here) {
-  if (!item.contains(key) || !item[key].is_string()) bad_field(here + "." + key, "'" + here + "." + key + "' must be a string");
-  return item[key];
-}
-
 // A message's content: a string, or text parts joined.
 std::string content_text(const json& content, const std::string& here) {
   if (content.is_string()) return content.get<std::string>();
   if (!content.is_array()) bad_field(here, "'" + here + "' must be a string or an array of content parts");
   std::string out;
   for (size_t k = 0; k < content.size(); ++k) {
-    const std::string there = at(here, k);
+    const std::string there = indexed(here, k);
     const json& part = content[k];
     const std::string type = part.is_object() ? part.value("type", "") : "";
     if (type == "input_text" || type == "output_text" || type == "text") {
-      out += string_field(part, "text", there).get<std::string>();
+      out += string_at(part, "text", there).get<std::string>();
     } else if (type == "refusal") {
-      out += string_field(part, "refusal", there).get<std::string>();
+      out += string_at(part, "refusal", there).get<std::string>();
     } else if (type == "input_image" || type == "input_file" || type == "input_audio") {
       bad_field(there, "'" + there + "' is an '" + type + "' part: this server reads text only", "unsupported_content");
     } else {
@@ -48,20 +41,20 @@ class Messages {
   void instructions(const std::string& text) { out_.push_back({{"role", "system"}, {"content", text}}); }
 
   void add(const json& item, size_t i) {
-    const std::string here = at("input", i);
+    const std::string here = indexed("input", i);
     if (!item.is_object()) bad_field(here, "'" + here + "' must be an object");
     const std::string type = item.value("type", item.contains("role") ? "message" : "");
     if (type == "message") {
       message(item, here);
     } else if (type == "function_call") {
-      json call = {{"id", string_field(item, "call_id", here)},
+      json call = {{"id", string_at(item, "call_id", here)},
                    {"type", "function"},
-                   {"function", {{"name", string_field(item, "name", here)}, {"arguments", string_field(item, "arguments", here)}}}};
+                   {"function", {{"name", string_at(item, "name", here)}, {"arguments", string_at(item, "arguments", here)}}}};
       assistant()["tool_calls"].push_back(std::move(call));
     } else if (type == "function_call_output") {
       const json& output = item.contains("output") ? item["output"] : json();
       if (!output.is_string() && !output.is_array()) bad_field(here + ".output", "'" + here + ".output' must be a string or content parts");
-      out_.push_back({{"role", "tool"}, {"tool_call_id", string_field(item, "call_id", here)}, {"content", content_text(output, here + ".output")}});
+      out_.push_back({{"role", "tool"}, {"tool_call_id", string_at(item, "call_id", here)}, {"content", content_text(output, here + ".output")}});
     } else if (type == "reasoning") {
       for (const char* key : {"content", "summary"}) {
         if (!item.contains(key) || !item[key].is_array()) continue;
@@ -120,14 +113,14 @@ json function_tools(const json& tools) {
   if (!tools.is_array()) bad_field("tools", "'tools' must be an array");
   json out = json::array();
   for (size_t i = 0; i < tools.size(); ++i) {
-    const std::string here = at("tools", i);
+    const std::string here = indexed("tools", i);
     const json& t = tools[i];
     const std::string type = t.is_object() ? t.value("type", "") : "";
     if (type != "function") {
       bad_field(here + ".type", "'" + here + ".type' is '" + type + "': this server runs no tools of its own, only functions the client runs",
                 "unsupported_tool");
     }
-    json f = {{"name", string_field(t, "name", here)}};
+    json f = {{"name", string_at(t, "name", here)}};
     if (has_field(t, "description")) f["description"] = t["description"];
     if (has_field(t, "parameters")) f["parameters"] = t["parameters"];
     out.push_back({{"type", "function"}, {"function", f}});

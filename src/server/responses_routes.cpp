@@ -15,8 +15,7 @@ using nlohmann::json;
 void Server::responses(const httplib::Request& req, httplib::Response& res) {
   in_run([&](std::shared_ptr<RequestRun> run) {
     const json body = with_default_model(responses_chat_body(parse_object(req.body)));
-    const std::string model = has_field(body, "model") && body["model"].is_string() ? body["model"].get<std::string>() : "";
-    complete(res, {model, [&body](const json& defaults) { return parse_completion_request(body, true, defaults); }, responses_answer},
+    complete(res, {named_model(body), [&body](const json& defaults) { return parse_completion_request(body, true, defaults); }, responses_answer},
              std::move(run));
   });
 }

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <vector>
 
 #include "batch_checks.h"
 #include "core/ledger.h"
@@ -168,6 +169,69 @@ TEST(Vetter, AFileIsLoadableOnceAChildLoadedItAndRefusedWhenItsDecodeFails) {
   // The verdict is kept: no step of it runs again.
   EXPECT_THROW((void)v.vet_to_load(q), InvalidModelFile);
   EXPECT_EQ(v.counts().children, 1u);
+}
+
+// A stand-in whose two parts say what they know, then wait for `go` to
+// exist before they end (as a child's frees and later stages take time).
+// Its estimate part reports `estimate`.
+VetterOptions says_early_then_waits(const std::string& go, const VetReport& estimate) {
+  const std::string wait = "    while [ ! -e '" + go + "' ]; do sleep 0.01; done\n";
+  const std::string report = to_json(estimate).dump();
+  const std::string script =
+      "case \"$1\" in\n"
+      "  *'\"part\":\"decode\"'*)\n"
+      "    echo '{\"loaded\":true}'\n" + wait +
+      "    echo '{\"ok\":true}' ;;\n"
+      "  *)\n"
+      "    echo '" + nlohmann::json{{"estimated", to_json(estimate)}}.dump() + "'\n" + wait +
+      "    echo '" + report + "' ;;\n"
+      "esac\n";
+  return VetterOptions{.program = {"/bin/sh", "-c", script, "sh"}};
+}
+
+TEST(Vetter, AFirstLoadWaitsForWhatEachChildKnowsNotForTheChildrenToEnd) {
+  const std::string go = temp_path("vet-early-go");
+  std::filesystem::remove(go);
+  VetReport estimate;
+  estimate.ok = true;
+  estimate.has_tokenizer = true;
+  estimate.estimate.model_host = 1234;
+  Vetter v(says_early_then_waits(go, estimate));
+  const VetRequest q = request_for(small_model("spm"));
+  auto first_load = std::async(std::launch::async, [&] { return v.vet_to_load(q); });
+  if (first_load.wait_for(30s) != std::future_status::ready) {
+    std::ofstream(go) << "go";  // lets the children end, so that the test does
+    FAIL() << "the first load waited for the children to end";
+  }
+  const VetReport loadable = first_load.get();
+  EXPECT_TRUE(loadable.ok);
+  EXPECT_EQ(loadable.estimate.model_host, 1234);
+  EXPECT_TRUE(v.counts().running);
+  EXPECT_FALSE(v.known(q).has_value());
+  std::ofstream(go) << "go";
+  EXPECT_EQ(v.vet(q).estimate.model_host, 1234);
+}
+
+TEST(Vetter, EachPartSaysWhatItKnowsOnceAndAsItEnds) {
+  VetRequest q = request_for(small_model("spm"));
+  q.part = VetPart::estimate;
+  std::vector<VetReport> early;
+  int loaded = 0;
+  VetProgress progress{.loaded = [&] { ++loaded; }, .estimated = [&](const VetReport& r) { early.push_back(r); }};
+  const VetReport estimated = vet_here(q, progress);
+  ASSERT_TRUE(estimated.ok) << estimated.error;
+  ASSERT_EQ(early.size(), 1u);
+  EXPECT_TRUE(early[0].ok);
+  EXPECT_EQ(early[0].estimate.model_host, estimated.estimate.model_host);
+  EXPECT_EQ(early[0].estimate.compute_host, estimated.estimate.compute_host);
+  EXPECT_EQ(early[0].info.n_vocab, estimated.info.n_vocab);
+  EXPECT_EQ(early[0].has_tokenizer, estimated.has_tokenizer);
+  EXPECT_EQ(loaded, 0);
+  q.part = VetPart::decode;
+  const VetReport decoded = vet_here(q, progress);
+  ASSERT_TRUE(decoded.ok) << decoded.error;
+  EXPECT_EQ(loaded, 1);
+  EXPECT_EQ(early.size(), 1u);
 }
 
 TEST(Vetter, ARegistryMakesNoContextOfAFileUntilItsWholeVerdictIsIn) {

@@ -62,7 +62,8 @@ ModelInfo model_info(const llama_model* model, const std::string& path) {
   return i;
 }
 
-MemoryEstimate estimate_memory(const ModelLoad& load, const llama_context_params& params, ModelInfo* info) {
+MemoryEstimate estimate_memory(const ModelLoad& load, const llama_context_params& params, ModelInfo* info,
+                               const std::function<void(const MemoryEstimate&)>& made) {
   check_model_file(load.path);
   // The simulated load reads the whole vocab (tens of MiB for 151,936
   // tokens), in an arena that goes with the model; what else it freed goes
@@ -110,6 +111,7 @@ MemoryEstimate estimate_memory(const ModelLoad& load, const llama_context_params
   const int64_t head_dim = llama_model_n_embd(model) / std::max(1, llama_model_n_head(model));
   e.context_host = n_ctx * llama_model_n_layer(model) * 2 * head_dim * llama_model_n_head_kv(model) * 2;
 #endif
+  if (made) made(e);
   return e;
 }
 

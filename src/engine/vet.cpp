@@ -134,6 +134,7 @@ void on_ggml_abort(const char* message) {
 }
 
 constexpr const char* kLoadedLine = R"({"loaded":true})";
+constexpr const char* kEstimatedKey = "estimated";
 
 std::string llama_reason() {
   std::string why = take_llama_errors();
@@ -181,7 +182,7 @@ void use_the_tokenizer(const llama_vocab* vocab) {
 
 }  // namespace
 
-VetReport vet_here(const VetRequest& q, const std::function<void()>& on_loaded) {
+VetReport vet_here(const VetRequest& q, const VetProgress& progress) {
   const auto t0 = std::chrono::steady_clock::now();
   VetReport r;
   g_path = q.path;
@@ -196,7 +197,7 @@ VetReport vet_here(const VetRequest& q, const std::function<void()>& on_loaded) 
   try {
     stage("metadata");
     check_model_file(q.path);
-    if (q.checks) {
+    if (q.checks && q.part != VetPart::estimate) {
       // The parse's blocks (every token's string) in huge pages, as a load's
       // are: a fresh child would fault them in by 4 KiB.
       ArenaWindow window;
@@ -208,7 +209,14 @@ VetReport vet_here(const VetRequest& q, const std::function<void()>& on_loaded) 
       ModelLoad load;
       load.path = q.path;
       load.n_gpu_layers = q.n_gpu_layers;
-      r.estimate = estimate_memory(load, q.context, &r.info);
+      r.estimate = estimate_memory(load, q.context, &r.info, [&](const MemoryEstimate& e) {
+        if (!progress.estimated) return;
+        VetReport early = r;
+        early.ok = true;
+        early.estimate = e;
+        early.has_tokenizer = r.info.has_tokenizer;
+        progress.estimated(early);
+      });
       r.has_tokenizer = r.info.has_tokenizer;
     }
     if (q.part != VetPart::estimate) {
@@ -222,14 +230,17 @@ VetReport vet_here(const VetRequest& q, const std::function<void()>& on_loaded) 
       if (!model) throw InvalidModelFile("cannot load model '" + q.path + "': " + llama_reason());
       Defer free_model([model] { llama_model_free(model); });
       const llama_vocab* vocab = llama_model_get_vocab(model);
-      if (on_loaded) on_loaded();
+      if (progress.loaded) progress.loaded();
 
       stage("context");
       llama_context_params cp = llama_context_default_params();
       cp.n_ctx = 256;
       cp.n_batch = cp.n_ubatch = 8;
       cp.n_seq_max = 1;
-      cp.n_threads = cp.n_threads_batch = std::max(1, std::min(q.context.n_threads, 4));
+      // One thread: from here on the parent's own load runs beside this,
+      // and on two cores a second thread here only slowed it (bench/vet:
+      // first loads 1.2-1.4x with two threads, 1.03-1.13x with one).
+      cp.n_threads = cp.n_threads_batch = 1;
       llama_context* ctx = llama_init_from_model(model, cp);
       if (!ctx) throw InvalidModelFile("cannot create a context for '" + q.path + "': " + llama_reason());
       Defer free_ctx([ctx] { llama_free(ctx); });
@@ -258,6 +269,16 @@ VetReport vet_here(const VetRequest& q, const std::function<void()>& on_loaded) 
 
 bool is_loaded_line(const std::string& line) { return line == kLoadedLine; }
 
+std::optional<VetReport> estimated_report_in(const std::string& line) {
+  if (line.rfind(std::string("{\"") + kEstimatedKey + "\":", 0) != 0) return std::nullopt;
+  try {
+    const json j = json::parse(line);
+    return vet_report_from_json(j.at(kEstimatedKey));
+  } catch (const std::exception&) {
+    return std::nullopt;  // a line the child did not finish
+  }
+}
+
 int vet_child_main(int argc, char** argv) {
   if (argc != 3 || std::strcmp(argv[1], kVetArg) != 0) {
     std::fprintf(stderr, "usage: %s %s REQUEST_JSON\n", argc > 0 ? argv[0] : "reclaim", kVetArg);
@@ -272,7 +293,10 @@ int vet_child_main(int argc, char** argv) {
   }
   ggml_set_abort_callback(on_ggml_abort);
   Runtime runtime;
-  const VetReport r = vet_here(q, [] { write_line(std::string(kLoadedLine) + "\n"); });
+  VetProgress progress;
+  progress.loaded = [] { write_line(std::string(kLoadedLine) + "\n"); };
+  progress.estimated = [](const VetReport& early) { write_line(json{{kEstimatedKey, to_json(early)}}.dump() + "\n"); };
+  const VetReport r = vet_here(q, progress);
   const std::string line = to_json(r).dump() + "\n";
   std::fwrite(line.data(), 1, line.size(), stdout);
   std::fflush(stdout);

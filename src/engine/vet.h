@@ -13,6 +13,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -66,16 +67,30 @@ VetRequest vet_request_from_json(const nlohmann::json& j);
 nlohmann::json to_json(const VetReport& r);
 VetReport vet_report_from_json(const nlohmann::json& j);
 
+// What a part has learned before it ends, for a parent that can act on it
+// at once (runtime/vetter.cpp): each is called at most once.
+struct VetProgress {
+  // The real load has succeeded (the decode part): from then on the file is
+  // known to load, and the parent may load it too.
+  std::function<void()> loaded;
+  // The estimate is made (the estimate part), before its simulated model is
+  // freed: the report as it will end unless the frees crash.
+  std::function<void(const VetReport&)> estimated;
+};
+
 // Does the vetting (the request's part of it) in this process; a failure
 // llama.cpp reports is a report with ok false, an assert ends the process.
 // Needs a Runtime. The estimate, info and has_tokenizer come from the
-// estimate part; the decode part's report has only its verdict.
-// `on_loaded` is called once the real load has succeeded (the decode part):
-// from then on the file is known to load, and the parent may load it too.
-VetReport vet_here(const VetRequest& request, const std::function<void()>& on_loaded = nullptr);
+// estimate part; the decode part's report has only its verdict. The
+// metadata checks run in the decode part, before its real load, and in the
+// whole: the estimate part's simulated load reads the file unchecked, which
+// a child can afford, so that the two parts take about as long (bench/vet).
+VetReport vet_here(const VetRequest& request, const VetProgress& progress = {});
 
-// The line a child prints when its real load has succeeded.
+// The lines a child prints as it goes (VetProgress): its real load has
+// succeeded; its estimate is made (the report, or nullopt for another line).
 bool is_loaded_line(const std::string& line);
+std::optional<VetReport> estimated_report_in(const std::string& line);
 
 // The child's main: `argv[1]` is kVetArg and `argv[2]` the request's JSON.
 // Prints the report's JSON on one line of stdout; exits 0 whatever the

@@ -269,7 +269,8 @@ VetReport Vetter::run_children(const std::string& k, const VetRequest& q) {
   estimate_q.part = VetPart::estimate;
   decode_q.part = VetPart::decode;
   // The file is loadable once the estimate is made and the decode part has
-  // loaded it; whichever comes second says so.
+  // loaded it; whichever comes second says so. Each child says so as soon
+  // as it knows, before its frees and its later stages.
   std::mutex parts_mu;
   std::optional<VetReport> estimated;
   bool loaded = false;
@@ -289,7 +290,13 @@ VetReport Vetter::run_children(const std::string& k, const VetRequest& q) {
   });
   estimating = std::thread([&] {
     try {
-      VetReport r = run_part(estimate_q, nullptr);
+      VetReport r = run_part(estimate_q, [&](const std::string& line) {
+        std::optional<VetReport> early = estimated_report_in(line);
+        if (!early) return;
+        std::lock_guard lock(parts_mu);
+        estimated = std::move(early);
+        publish_if_loadable();
+      });
       std::lock_guard lock(parts_mu);
       estimated = std::move(r);
       publish_if_loadable();

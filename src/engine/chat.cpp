@@ -385,7 +385,11 @@ ChatTemplate::ChatTemplate(const Model& model, const std::string& override, cons
 
 ChatTemplate::~ChatTemplate() = default;
 
-ChatRender ChatTemplate::render(const ChatRequest& req, const TemplateBounds& bounds) const {
+namespace {
+
+// The chat as llama.cpp's common library reads it, its tools dropped where
+// the template cannot offer them.
+common_chat_templates_inputs chat_inputs(const ChatRequest& req, bool builtin, const common_chat_templates* templates) {
   common_chat_templates_inputs in;
   try {
     in.messages = common_chat_msgs_parse_oaicompat(common_json::parse(req.messages));
@@ -396,12 +400,11 @@ ChatRender ChatTemplate::render(const ChatRequest& req, const TemplateBounds& bo
   for (const ChatTool& t : req.tools) in.tools.push_back({t.name, t.description, t.parameters});
   in.tool_choice = to_common(req.tool_choice);
   in.json_schema = req.json_schema;
-  in.use_jinja = !builtin_;
+  in.use_jinja = !builtin;
   in.reasoning_format = COMMON_REASONING_FORMAT_DEEPSEEK;  // llama-server's default
   if (req.think) in.enable_thinking = *req.think;
-  bool with_tools = !in.tools.empty() && req.tool_choice != ToolChoice::none;
   std::map<std::string, bool> caps;
-  if (!builtin_) caps = common_chat_templates_get_caps(impl_->templates.get());
+  if (!builtin) caps = common_chat_templates_get_caps(templates);
   auto cap = [&](const char* name) {
     const auto it = caps.find(name);
     return it != caps.end() && it->second;
@@ -411,18 +414,25 @@ ChatRender ChatTemplate::render(const ChatRequest& req, const TemplateBounds& bo
   // llama-server does, the chat is rendered without them and answered in
   // text. Only a request that must get a call is refused, since it cannot
   // be honoured.
-  if (with_tools && !cap("supports_tool_calls")) {
+  if (!in.tools.empty() && req.tool_choice != ToolChoice::none && !cap("supports_tool_calls")) {
     if (req.tool_choice == ToolChoice::required) {
-      throw ChatError(std::string(builtin_ ? "this model's chat template is a built-in one" : "this model's chat template") +
+      throw ChatError(std::string(builtin ? "this model's chat template is a built-in one" : "this model's chat template") +
                           ", which has no tool calls, so a tool call cannot be required (give the model a template that has "
                           "them: chat_template in --config, or --chat-template)",
                       "tool_choice");
     }
     in.tools.clear();
     in.tool_choice = COMMON_CHAT_TOOL_CHOICE_NONE;
-    with_tools = false;
   }
   in.parallel_tool_calls = req.parallel_tool_calls.value_or(cap("supports_parallel_tool_calls"));
+  return in;
+}
+
+}  // namespace
+
+ChatRender ChatTemplate::render(const ChatRequest& req, const TemplateBounds& bounds) const {
+  const common_chat_templates_inputs in = chat_inputs(req, builtin_, impl_->templates.get());
+  const bool with_tools = !in.tools.empty() && in.tool_choice != COMMON_CHAT_TOOL_CHOICE_NONE;
 
   common_chat_params p;
   size_t input_bytes = req.messages.size() + req.json_schema.size();

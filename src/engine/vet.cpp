@@ -141,6 +141,21 @@ std::string llama_reason() {
   return why.empty() ? "llama.cpp gave no reason" : why;
 }
 
+// The smallest context a request's two batch shapes fit in.
+llama_context* small_context(llama_model* model, const std::string& path) {
+  llama_context_params cp = llama_context_default_params();
+  cp.n_ctx = 256;
+  cp.n_batch = cp.n_ubatch = 8;
+  cp.n_seq_max = 1;
+  // One thread: from here on the parent's own load runs beside this child,
+  // and on two cores a second thread here only slowed it (bench/vet: first
+  // loads 1.2-1.4x with two threads, 1.03-1.13x with one).
+  cp.n_threads = cp.n_threads_batch = 1;
+  llama_context* ctx = llama_init_from_model(model, cp);
+  if (!ctx) throw InvalidModelFile("cannot create a context for '" + path + "': " + llama_reason());
+  return ctx;
+}
+
 // Two tokens as a prompt, then one as a generation step: the two shapes of
 // batch a request decodes.
 void decode_a_little(llama_context* ctx, const llama_vocab* vocab, const std::string& path) {
@@ -233,16 +248,7 @@ VetReport vet_here(const VetRequest& q, const VetProgress& progress) {
       if (progress.loaded) progress.loaded();
 
       stage("context");
-      llama_context_params cp = llama_context_default_params();
-      cp.n_ctx = 256;
-      cp.n_batch = cp.n_ubatch = 8;
-      cp.n_seq_max = 1;
-      // One thread: from here on the parent's own load runs beside this,
-      // and on two cores a second thread here only slowed it (bench/vet:
-      // first loads 1.2-1.4x with two threads, 1.03-1.13x with one).
-      cp.n_threads = cp.n_threads_batch = 1;
-      llama_context* ctx = llama_init_from_model(model, cp);
-      if (!ctx) throw InvalidModelFile("cannot create a context for '" + q.path + "': " + llama_reason());
+      llama_context* ctx = small_context(model, q.path);
       Defer free_ctx([ctx] { llama_free(ctx); });
 
       stage("decode");

@@ -7,6 +7,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdlib>
+#include <fstream>
+#include <utility>
+#include <vector>
+
 #include "served.h"
 
 using namespace reclaim::testing;
@@ -99,6 +104,66 @@ TEST(ServeCompat, TheKeyMayComeAsXApiKey) {
   s.http().set_default_headers({{"X-Api-Key", "k-123"}});
   s.post("/v1/models/unload", {{"model", "only"}});
   s.expect_clean();
+}
+
+// A self-signed certificate for localhost and its key, made by the openssl
+// command (Debian's ca-certificates depends on it): {certificate, key}.
+std::pair<std::string, std::string> self_signed(const std::string& name) {
+  const std::string cert = temp_path(name + "-cert.pem"), key = temp_path(name + "-key.pem");
+  const std::string cmd = "openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=localhost -keyout " + key + " -out " + cert +
+                          " >/dev/null 2>&1";
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  return {cert, key};
+}
+
+TEST(ServeCompat, HttpsWithSeveralKeysFromFlagsAndAFile) {
+  const auto [cert, key] = self_signed("https");
+  const std::string keys = temp_path("api-keys");
+  std::ofstream(keys) << "# the team's keys\n\nk-file-1\n  k-file-2  \r\n";
+  Served s({"-m", spm() + ":only", "--ssl-cert-file", cert, "--ssl-key-file", key, "--api-key", "k-flag-1", "--api-key",
+            "k-flag-2", "--api-key-file", keys},
+           false);
+  EXPECT_EQ(s.http().Get("/health")->status, 200);
+  for (const std::string k : {"k-flag-1", "k-flag-2", "k-file-1", "k-file-2"}) {
+    s.http().set_default_headers({{"Authorization", "Bearer " + k}});
+    EXPECT_EQ(s.get("/v1/models")["data"].size(), 1u) << k;
+  }
+  for (const std::string k : {"k-flag", "# the team's keys", "k-file-3", ""}) {
+    s.http().set_default_headers({{"X-Api-Key", k}});
+    expect_error(s.http().Get("/v1/models"), 401, "API key");
+  }
+  s.http().set_default_headers({{"X-Api-Key", "k-file-1"}});
+  EXPECT_EQ(s.post_json("/v1/completions", kPrompt)["usage"]["completion_tokens"], 2);
+  // The dashboard's page, over HTTPS as its data is.
+  auto page = s.http().Get("/", {{"Accept", "text/html"}});
+  ASSERT_TRUE(page);
+  EXPECT_EQ(page->status, 200);
+  EXPECT_NE(page->get_header_value("Content-Type").find("text/html"), std::string::npos);
+  // Plain HTTP to the HTTPS port gets no answer.
+  httplib::Client plain("127.0.0.1", s.port());
+  plain.set_read_timeout(5, 0);
+  EXPECT_FALSE(plain.Get("/health"));
+  s.post("/v1/models/unload", {{"model", "only"}});
+  s.expect_clean();
+}
+
+TEST(ServeCompat, AMistakeInTheCertificateOrKeysIsOneLineAndExitTwo) {
+  const auto [cert, key] = self_signed("mine");
+  const auto [other_cert, other_key] = self_signed("other");
+  const std::string empty_keys = temp_path("no-keys");
+  std::ofstream(empty_keys) << "# none yet\n\n";
+  const std::string base = "serve --port 0 -m " + spm() + ":only ";
+  for (const auto& [args, says] : std::vector<std::pair<std::string, std::string>>{
+           {"--ssl-cert-file " + cert + " --ssl-key-file " + other_key, "key values mismatch"},
+           {"--ssl-cert-file " + cert, "HTTPS needs both --ssl-cert-file and --ssl-key-file"},
+           {"--ssl-cert-file " + spm() + " --ssl-key-file " + key, "cannot serve HTTPS with certificate '" + spm() + "'"},
+           {"--ssl-cert-file " + temp_path("nowhere.pem") + " --ssl-key-file " + key, "--ssl-cert-file '"},
+           {"--api-key-file " + empty_keys, "has no key"},
+           {"--api-key ''", "--api-key: a key cannot be empty"}}) {
+    const Result r = run(base + args);
+    EXPECT_EQ(r.status, 2) << args << "\n" << r.out;
+    EXPECT_NE(r.out.find(says), std::string::npos) << args << "\n" << r.out;
+  }
 }
 
 // llama-server's /tokenize, /detokenize and /apply-template, as its own

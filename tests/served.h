@@ -68,11 +68,16 @@ class Served {
     if (std::find(extra.begin(), extra.end(), "--ctx") == extra.end()) args.insert(args.end(), {"--ctx", "256"});
     args.insert(args.end(), extra.begin(), extra.end());
     child_ = std::make_unique<Child>(args);
-    const std::string mark = "listening on http://127.0.0.1:";
+    // Given a certificate, it serves HTTPS, and the client trusts whatever
+    // certificate it shows (a test's is self-signed).
+    const bool https = std::find(extra.begin(), extra.end(), "--ssl-cert-file") != extra.end();
+    const std::string scheme = https ? "https" : "http";
+    const std::string mark = "listening on " + scheme + "://127.0.0.1:";
     EXPECT_TRUE(child_->wait_for_text(mark, 60)) << child_->so_far().err;
     const std::string& out = child_->so_far().out;
     port_ = std::stoi(out.substr(out.find(mark) + mark.size()));
-    client_ = std::make_unique<httplib::Client>("127.0.0.1", port_);
+    client_ = std::make_unique<httplib::Client>(scheme + "://127.0.0.1:" + std::to_string(port_));
+    client_->enable_server_certificate_verification(false);
     client_->set_read_timeout(120, 0);
     outside_ = Outside::of(child_->pid());
   }

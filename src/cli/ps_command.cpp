@@ -25,6 +25,7 @@ struct Args {
   std::string url = "http://127.0.0.1:8080", api_key;
   bool json = false;
   bool watch = false;
+  bool insecure = false;
   double every = 1;  // seconds between frames of --watch
 };
 
@@ -58,10 +59,17 @@ nlohmann::json fetch(const Args& a) {
   httplib::Client client(a.url);
   client.set_connection_timeout(5, 0);
   client.set_read_timeout(30, 0);
+  // An https URL's certificate is checked against the system's authorities
+  // unless told not to (a self-signed one).
+  client.enable_server_certificate_verification(!a.insecure);
   httplib::Headers headers;
   if (!a.api_key.empty()) headers.emplace("Authorization", "Bearer " + a.api_key);
   auto r = client.Get("/v1/resources", headers);
-  if (!r) throw Error("cannot reach a reclaim server at " + a.url + ": " + httplib::to_string(r.error()));
+  if (!r) {
+    const bool unverified = r.error() == httplib::Error::SSLServerVerification;
+    throw Error("cannot reach a reclaim server at " + a.url + ": " + httplib::to_string(r.error()) +
+                (unverified ? " (its certificate is signed by no authority this machine knows; --insecure accepts it)" : ""));
+  }
   if (r->status != 200) throw Error(a.url + "/v1/resources answered " + std::to_string(r->status) + ": " + r->body.substr(0, 300));
   nlohmann::json j = nlohmann::json::parse(r->body, nullptr, false);
   if (j.is_discarded() || !j.contains("ledger")) throw Error(a.url + " did not answer like a reclaim server");
@@ -182,6 +190,7 @@ Command add_ps(CLI::App& app) {
   auto a = std::make_shared<Args>();
   sub->add_option("--url", a->url, "the server")->capture_default_str();
   sub->add_option("--api-key", a->api_key, "its API key, if it has one");
+  sub->add_flag("--insecure", a->insecure, "with an https URL, accept a certificate no known authority signed");
   sub->add_flag("--json", a->json, "print /v1/resources as it came");
   auto* w = sub->add_flag("--watch", a->watch, "draw the tables again in place, until Ctrl-C")->excludes("--json");
   sub->add_option("--every", a->every, "seconds between frames of --watch")

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <cstdio>
 #include <chrono>
 #include <mutex>
@@ -48,7 +49,8 @@ void check_budget_places(const MemoryBudget& budget) {
 struct Args {
   std::vector<std::string> models, pins, preload, cors_origins;
   std::string config;
-  std::string models_dir, host = "127.0.0.1", api_key, api_key_file, memory_budget = "0", keep_alive = "5m";
+  std::vector<std::string> api_keys;
+  std::string models_dir, host = "127.0.0.1", api_key_file, ssl_cert_file, ssl_key_file, memory_budget = "0", keep_alive = "5m";
   std::string cache_ram = "2GiB";
   std::string unload_timeout = "30s", shutdown_timeout = "30s", chat_template, load_mode = "mmap", vet_timeout = "10m";
   std::string default_model;
@@ -279,7 +281,8 @@ void serve_until_stopped(RegistryOptions opts, ModelSources& sources, server::Se
       throw Error("--preload " + name + ": " + e.what());
     }
   }
-  std::printf("reclaim: listening on http://%s:%d (%zu models)\n", so.host.c_str(), port, registry.list().size());
+  std::printf("reclaim: listening on %s://%s:%d (%zu models)\n", so.tls_cert_file.empty() ? "http" : "https", so.host.c_str(), port,
+              registry.list().size());
   std::fflush(stdout);
 
   int sig = 0;
@@ -343,28 +346,41 @@ RegistryOptions registry_options(const Args& a) {
   return opts;
 }
 
-// The key from a file, less its line end.
-std::string read_api_key_file(const std::string& path) {
-  std::string key;
-  std::FILE* f = std::fopen(path.c_str(), "r");
-  if (!f) throw Error("--api-key-file '" + path + "' cannot be read: " + std::strerror(errno));
-  char buf[512] = {};
-  size_t n = std::fread(buf, 1, sizeof buf - 1, f);
-  std::fclose(f);
-  key.assign(buf, n);
-  while (!key.empty() && (key.back() == '\n' || key.back() == '\r')) key.pop_back();
-  if (key.empty()) throw Error("--api-key-file '" + path + "' is empty");
-  return key;
+// The keys in a file, one a line; blank lines and lines that start with #
+// are not keys.
+std::vector<std::string> read_api_keys_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw Error("--api-key-file '" + path + "' cannot be read: " + std::strerror(errno));
+  std::vector<std::string> keys;
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    const size_t first = line.find_first_not_of(" \t\r");
+    if (first == std::string::npos || line[first] == '#') continue;
+    const size_t last = line.find_last_not_of(" \t\r");
+    if (keys.size() >= 4096 || last - first + 1 > 4096) {
+      throw Error("--api-key-file '" + path + "':" + std::to_string(n) + ": more than 4,096 keys, or a key of more than 4,096 bytes");
+    }
+    keys.push_back(line.substr(first, last - first + 1));
+  }
+  if (keys.empty()) throw Error("--api-key-file '" + path + "' has no key");
+  return keys;
 }
 
 server::ServerOptions server_options(const Args& a) {
   server::ServerOptions so;
   so.host = a.host;
   so.port = a.port;
-  so.api_key = a.api_key;
+  for (const std::string& key : a.api_keys) {
+    if (key.empty()) throw Error("--api-key: a key cannot be empty");
+    so.api_keys.push_back(key);
+  }
   if (!a.cors_origins.empty()) so.cors_origins = a.cors_origins;
   for (const std::string& o : so.cors_origins) server::check_cors_origin(o);
-  if (!a.api_key_file.empty()) so.api_key = read_api_key_file(a.api_key_file);
+  if (!a.api_key_file.empty()) {
+    for (std::string& key : read_api_keys_file(a.api_key_file)) so.api_keys.push_back(std::move(key));
+  }
+  so.tls_cert_file = a.ssl_cert_file;
+  so.tls_key_file = a.ssl_key_file;
   so.chat_template = a.chat_template;
   so.default_model = a.default_model;
   so.unload_timeout = duration(a.unload_timeout, "unload-timeout");
@@ -460,8 +476,13 @@ Command add_serve(CLI::App& app) {
   sub->add_option("--preload", a->preload, "load this model at start-up (repeatable)")->take_all();
   sub->add_option("--unload-timeout", a->unload_timeout, "how long a drain waits before it cancels")->capture_default_str();
   sub->add_option("--shutdown-timeout", a->shutdown_timeout, "how long requests may run after SIGTERM")->capture_default_str();
-  sub->add_option("--api-key", a->api_key, "require Authorization: Bearer KEY on every endpoint but /health");
-  sub->add_option("--api-key-file", a->api_key_file, "read the API key from this file");
+  sub->add_option("--api-key", a->api_keys,
+                  "require Authorization: Bearer KEY (or X-Api-Key: KEY) on every endpoint but /health; repeatable, "
+                  "any of the keys is accepted")
+      ->take_all();
+  sub->add_option("--api-key-file", a->api_key_file, "read API keys from this file, one a line (# starts a comment line)");
+  sub->add_option("--ssl-cert-file", a->ssl_cert_file, "serve HTTPS with this PEM certificate (its chain after it)");
+  sub->add_option("--ssl-key-file", a->ssl_key_file, "the certificate's PEM private key");
   sub->add_option("--cors-origin", a->cors_origins,
                   "a web page's origin that may call the server from a browser (repeatable): scheme://host[:port], "
                   "'localhost' (any port of localhost, 127.0.0.1, [::1]; the default) or '*'; others are refused (403)")

@@ -169,10 +169,9 @@ void Server::routes() {
                        "a page of '" + shown + "' may not call this server (allow it with --cors-origin)", 0});
       return httplib::Server::HandlerResponse::Handled;
     }
-    if (options_.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
+    if (options_.api_keys.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
     // Anthropic's clients send the key as X-Api-Key; llama-server takes both.
-    if (!key_in_authorization(req.get_header_value("Authorization"), options_.api_key) &&
-        !same_secret(req.get_header_value("X-Api-Key"), options_.api_key)) {
+    if (!any_key_given(req.get_header_value("Authorization"), req.get_header_value("X-Api-Key"), options_.api_keys)) {
       // A browser asks for the key as a login's password (any user name).
       res.set_header("WWW-Authenticate", "Basic realm=\"reclaim\", charset=\"UTF-8\"");
       send_error(res, {401, "invalid_request_error", "invalid_api_key", "missing or wrong API key (Authorization: Bearer KEY, or X-Api-Key: KEY)", 0});

@@ -1,7 +1,9 @@
 #include "server/server.h"
 
 #include <httplib.h>
+#include <openssl/err.h>
 #include <openssl/evp.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
@@ -50,9 +52,45 @@ bool key_in_authorization(const std::string& auth, const std::string& key) {
   return colon != std::string::npos && same_secret(decoded.substr(colon + 1), key);
 }
 
+bool any_key_given(const std::string& authorization, const std::string& x_api_key, const std::vector<std::string>& keys) {
+  bool given = false;
+  for (const std::string& key : keys) {
+    given |= key_in_authorization(authorization, key);
+    given |= same_secret(x_api_key, key);
+  }
+  return given;
+}
+
+namespace {
+
+// HTTP, or HTTPS where the options give a certificate and its key: httplib
+// reads both into an OpenSSL context here, before the baseline, and makes
+// each connection's session from it.
+std::unique_ptr<httplib::Server> make_http(const ServerOptions& o) {
+  if (o.tls_cert_file.empty() && o.tls_key_file.empty()) return std::make_unique<httplib::Server>();
+  if (o.tls_cert_file.empty() || o.tls_key_file.empty()) {
+    throw Error("HTTPS needs both --ssl-cert-file and --ssl-key-file");
+  }
+  for (const auto& [flag, path] : {std::pair{"--ssl-cert-file", o.tls_cert_file}, std::pair{"--ssl-key-file", o.tls_key_file}}) {
+    if (::access(path.c_str(), R_OK) != 0) throw Error(std::string(flag) + " '" + path + "' cannot be read: " + std::strerror(errno));
+  }
+  ERR_clear_error();
+  auto https = std::make_unique<httplib::SSLServer>(o.tls_cert_file.c_str(), o.tls_key_file.c_str());
+  if (!https->is_valid()) {
+    // A file that is not PEM, a key that is not the certificate's.
+    char why[256] = "OpenSSL gave no reason";
+    if (const unsigned long e = ERR_get_error()) ERR_error_string_n(e, why, sizeof why);
+    ERR_clear_error();
+    throw Error("cannot serve HTTPS with certificate '" + o.tls_cert_file + "' and key '" + o.tls_key_file + "': " + why);
+  }
+  return https;
+}
+
+}  // namespace
+
 Server::Server(ServerOptions options, Registry& registry)
     : options_(std::move(options)), cors_(options_.cors_origins), unload_timeout_(options_.unload_timeout), registry_(registry),
-      http_(std::make_unique<httplib::Server>()) {
+      http_(make_http(options_)) {
   // The threads that stay start here, not when listening starts, so that
   // they are in the baseline that residues are counted from. httplib deletes
   // the queue it is given when it stops; it gets a forwarder to this pool.

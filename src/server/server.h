@@ -45,7 +45,10 @@ namespace reclaim::server {
 struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;                     // 0: any free port
-  std::string api_key;                 // empty: no auth
+  std::vector<std::string> api_keys;   // any of them is accepted; none: no auth
+  // Both or neither: HTTPS with this certificate (PEM, its chain after it)
+  // and its private key, as llama-server's --ssl-cert-file/--ssl-key-file.
+  std::string tls_cert_file, tls_key_file;
   std::vector<std::string> cors_origins = {"localhost"};  // server/cors.h
   size_t max_body = 8u << 20;          // bytes; larger bodies get 413
   std::string chat_template;           // overrides the models' own
@@ -214,5 +217,9 @@ bool same_secret(const std::string& a, const std::string& b);
 // Whether an Authorization header carries `key`: "Bearer KEY", or a
 // browser's "Basic" login whose password is KEY (any user name).
 bool key_in_authorization(const std::string& auth, const std::string& key);
+// Whether a request's Authorization or X-Api-Key header carries one of
+// `keys`. Every key is compared, whichever matched, so the time does not
+// tell which.
+bool any_key_given(const std::string& authorization, const std::string& x_api_key, const std::vector<std::string>& keys);
 
 }  // namespace reclaim::server

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <utility>
+#include <thread>
 #include <vector>
 
 #include "served.h"
@@ -164,6 +165,58 @@ TEST(ServeCompat, AMistakeInTheCertificateOrKeysIsOneLineAndExitTwo) {
     EXPECT_EQ(r.status, 2) << args << "\n" << r.out;
     EXPECT_NE(r.out.find(says), std::string::npos) << args << "\n" << r.out;
   }
+}
+
+// llama-server's /props and /slots, as its tests/unit/test_basic.py reads
+// them: a query that loads nothing.
+TEST(ServeCompat, PropsAndSlotsTellTheModelItsContextAndItsSlots) {
+  Served s({"-m", spm() + ":only", "--parallel", "2", "--keep-alive", "-1"}, false);
+  json props = s.get("/props");
+  EXPECT_NE(props["model_path"].get<std::string>().find(".gguf"), std::string::npos) << props.dump();
+  EXPECT_EQ(props["model_alias"], "only");
+  EXPECT_EQ(props["total_slots"], 2);
+  EXPECT_EQ(props["default_generation_settings"]["n_ctx"], 256);
+  EXPECT_EQ(props["default_generation_settings"]["params"]["seed"], 4294967295u);
+  EXPECT_EQ(props["is_sleeping"], true);
+  EXPECT_EQ(s.model("only")["state"], "unloaded");
+  json slots = s.get("/slots");
+  ASSERT_EQ(slots.size(), 2u) << slots.dump();
+  for (const json& slot : slots) {
+    EXPECT_EQ(slot["n_ctx"], 256);
+    EXPECT_EQ(slot["is_processing"], false);
+    EXPECT_FALSE(slot.contains("params"));
+  }
+  // A long request in flight holds one slot, and gives it back.
+  std::thread request([&] {
+    httplib::Client c("127.0.0.1", s.port());
+    c.set_read_timeout(120, 0);
+    (void)c.Post("/v1/completions", with(kPrompt, {{"max_tokens", 200}}).dump(), "application/json");
+  });
+  auto busy = [&] {
+    int n = 0;
+    for (const json& slot : s.get("/slots")) n += slot["is_processing"] == true;
+    return n;
+  };
+  EXPECT_TRUE(s.until([&] { return busy() == 1; }));
+  request.join();
+  EXPECT_EQ(busy(), 0);
+  EXPECT_EQ(s.get("/props")["is_sleeping"], false);
+  auto save = s.post("/slots/0?action=save", {{"filename", "x.bin"}});
+  expect_error(save, 501, "not supported");
+  s.post("/v1/models/unload", {{"model", "only"}});
+  s.expect_clean();
+}
+
+TEST(ServeCompat, PropsOfSeveralModelsAreTheRoutersAndNameOneByQuery) {
+  Served s;
+  const json router = s.get("/props");
+  EXPECT_EQ(router["role"], "router");
+  EXPECT_EQ(router["models_autoload"], true);
+  EXPECT_EQ(s.get("/props?model=bpe")["model_alias"], "bpe");
+  expect_error(s.http().Get("/props?model=nowhere"), 404, "nowhere");
+  EXPECT_EQ(s.get("/slots").size(), 2u);  // one slot each
+  EXPECT_EQ(s.get("/slots?model=spm")[0]["model"], "spm");
+  s.expect_clean();
 }
 
 // llama-server's /tokenize, /detokenize and /apply-template, as its own

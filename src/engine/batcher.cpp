@@ -101,6 +101,13 @@ size_t Batcher::active() const {
   return active_;
 }
 
+std::vector<bool> Batcher::in_use() const {
+  std::lock_guard lock(mu_);
+  std::vector<bool> used;
+  for (const Job* j : slots_) used.push_back(j != nullptr);
+  return used;
+}
+
 size_t Batcher::cached_tokens(int32_t seq) const { return cache_->tokens(seq); }
 
 uint64_t Batcher::cached_tokens() const { return cache_->cells(); }

@@ -78,6 +78,7 @@ class Batcher {
   int32_t n_ctx_seq() const { return n_ctx_seq_; }
   int32_t n_batch() const { return n_batch_; }
   size_t active() const;     // sequences in use
+  std::vector<bool> in_use() const;  // each sequence's, by id
   size_t waiting() const;    // requests waiting for one
   uint64_t steps() const { return steps_.load(); }    // decodes so far
   uint64_t tokens() const { return tokens_.load(); }  // tokens in them

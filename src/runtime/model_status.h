@@ -42,6 +42,7 @@ struct ModelStatus {
   // requests a decode served, on average).
   int sequences = 0;
   int sequences_active = 0;
+  std::vector<bool> sequences_in_use;  // by sequence id (llama-server's slots)
   uint64_t decode_steps = 0, decoded_tokens = 0;
   bool reload_pending = false;  // new settings wait for it to be idle, then unloaded
   bool removing = false;        // gone from the configuration: unloaded once idle, then dropped

@@ -4,6 +4,8 @@
 #include "runtime/model_entry.h"
 #include "runtime/registry.h"
 
+#include <algorithm>
+
 namespace reclaim {
 
 ModelStatus Registry::status_locked(const Entry& e) const {
@@ -43,7 +45,8 @@ ModelStatus Registry::status_locked(const Entry& e) const {
   s.last_error = e.last_error;
   if (Batcher* b = e.loaded_batcher()) {
     s.sequences = b->n_seq();
-    s.sequences_active = static_cast<int>(b->active());
+    s.sequences_in_use = b->in_use();
+    s.sequences_active = static_cast<int>(std::count(s.sequences_in_use.begin(), s.sequences_in_use.end(), true));
     s.decode_steps = b->steps();
     s.decoded_tokens = b->tokens();
     s.cached_tokens = b->cached_tokens();

@@ -72,6 +72,9 @@ const std::vector<Server::Route>& Server::route_table() {
       {"POST", "/apply-template", send_error, &Server::apply_template},
       {"POST", "/tokenize", send_error, &Server::tokenize_text},
       {"POST", "/detokenize", send_error, &Server::detokenize_tokens},
+      {"GET", "/props", send_error, &Server::props},
+      {"GET", "/slots", send_error, &Server::slots},
+      {"POST", "/slots/([0-9]+)", send_error, &Server::slot_action},
       // Ollama's (server/ollama_routes.cpp), with its {"error": "..."}.
       {"GET", "/api/version", send_ollama_error, &Server::ollama_version},
       {"GET", "/api/tags", send_ollama_error, &Server::ollama_tags},

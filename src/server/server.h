@@ -132,6 +132,12 @@ class Server {
   // A chat request's prompt as its model's template renders it, and its
   // tokens, with the model held by `run`; nothing decoded.
   std::vector<llama_token> render_only(std::shared_ptr<RequestRun> run, const nlohmann::json& body, std::string& prompt);
+  // llama-server's /props and /slots (server/props.cpp); the model is the
+  // query's ?model=, or the one a request naming none would get.
+  std::string model_of_query(const httplib::Request& req) const;
+  void props(const httplib::Request& req, httplib::Response& res);
+  void slots(const httplib::Request& req, httplib::Response& res);
+  void slot_action(const httplib::Request& req, httplib::Response& res);
   // llama-server's /tokenize and /detokenize (server/tokenize.cpp).
   void tokenize_text(const httplib::Request& req, httplib::Response& res);
   void detokenize_tokens(const httplib::Request& req, httplib::Response& res);

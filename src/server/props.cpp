@@ -1,0 +1,109 @@
+// llama-server's /props and /slots: what a client that was written for
+// llama-server reads of the model behind it (its context, its slots, its
+// sampling defaults), from the registry's settings and status. Neither loads
+// a model: a query must not take gigabytes.
+#include <httplib.h>
+
+#include "engine/sampling.h"
+#include "server/http_errors.h"
+#include "server/server.h"
+
+namespace reclaim::server {
+
+using nlohmann::json;
+
+namespace {
+
+// What a request that sets nothing gets: reclaim's defaults, under the
+// model's own (its settings' request defaults), in llama-server's names.
+json generation_params(const ModelSettings& settings) {
+  const SamplingParams d;
+  json p = {{"temperature", d.temperature},
+            {"top_k", d.top_k},
+            {"top_p", d.top_p},
+            {"min_p", d.min_p},
+            {"repeat_penalty", d.repeat_penalty},
+            {"repeat_last_n", d.repeat_last_n},
+            {"presence_penalty", d.presence_penalty},
+            {"frequency_penalty", d.frequency_penalty},
+            {"seed", d.seed},
+            {"n_predict", -1}};
+  for (const auto& [key, value] : settings.request_defaults.items()) p[key] = value;
+  if (settings.request_defaults.contains("max_tokens")) p["n_predict"] = settings.request_defaults["max_tokens"];
+  return p;
+}
+
+}  // namespace
+
+std::string Server::model_of_query(const httplib::Request& req) const {
+  json named = json::object();
+  if (req.has_param("model")) named["model"] = req.get_param_value("model");
+  named = with_default_model(std::move(named));
+  return named.contains("model") ? named["model"].get<std::string>() : std::string();
+}
+
+void Server::props(const httplib::Request& req, httplib::Response& res) {
+  const std::string name = model_of_query(req);
+  const RegistryOptions& o = registry_.options();
+  if (name.empty()) {
+    // A server of several models answers as llama-server's router does.
+    res.set_content(json{{"role", "router"},
+                         {"max_instances", o.max_loaded},
+                         {"models_autoload", o.autoload},
+                         {"model_alias", "reclaim"},
+                         {"model_path", "none"},
+                         {"default_generation_settings", {{"params", json::object()}, {"n_ctx", 0}}},
+                         {"build_info", "reclaim"}}
+                        .dump(),
+                    "application/json");
+    return;
+  }
+  const ModelSettings settings = settings_of(name);
+  const ModelStatus s = registry_.status(name);
+  json props = {{"default_generation_settings",
+                 {{"n_ctx", settings.n_ctx.value_or(o.session.n_ctx)}, {"params", generation_params(settings)}}},
+                {"total_slots", settings.parallel.value_or(o.parallel)},
+                {"model_alias", s.name},
+                {"model_path", s.path},
+                {"modalities", {{"vision", false}, {"video", false}, {"audio", false}}},
+                {"endpoint_slots", true},
+                {"endpoint_props", false},
+                {"endpoint_metrics", true},
+                // llama-server's sleeping is a model unloaded to save memory,
+                // which is what reclaim's keep-alive does.
+                {"is_sleeping", s.state != ModelState::loaded},
+                {"build_info", "reclaim"}};
+  res.set_content(props.dump(), "application/json");
+}
+
+void Server::slots(const httplib::Request& req, httplib::Response& res) {
+  const std::string named = model_of_query(req);
+  const std::vector<std::string> names = named.empty() ? registry_.names() : std::vector<std::string>{named};
+  const RegistryOptions& o = registry_.options();
+  json list = json::array();
+  for (const std::string& name : names) {
+    const ModelSettings settings = settings_of(name);
+    const ModelStatus s = registry_.status(name);
+    const int n = settings.parallel.value_or(o.parallel);
+    for (int id = 0; id < n; ++id) {
+      const bool busy = static_cast<size_t>(id) < s.sequences_in_use.size() && s.sequences_in_use[static_cast<size_t>(id)];
+      list.push_back({{"id", id},
+                      {"model", s.name},
+                      {"n_ctx", settings.n_ctx.value_or(o.session.n_ctx)},
+                      {"is_processing", busy},
+                      {"speculative", false}});
+    }
+  }
+  res.set_content(list.dump(), "application/json");
+}
+
+void Server::slot_action(const httplib::Request&, httplib::Response& res) {
+  // A slot's cells saved to a file would be memory and files outside the
+  // ledger; the prompt cache keeps conversations in host memory instead.
+  send_error(res, {501, "not_supported_error", "not_supported",
+                   "saving, restoring and erasing a slot is not supported: reclaim's prompt cache keeps conversations "
+                   "(--cache-ram)",
+                   0});
+}
+
+}  // namespace reclaim::server

@@ -6,6 +6,9 @@
 // member function.
 #include <httplib.h>
 
+#include <regex>
+#include <utility>
+
 #include "server/anthropic.h"
 #include "server/connections.h"
 #include "server/http_errors.h"
@@ -91,6 +94,19 @@ const std::vector<Server::Route>& Server::route_table() {
   return table;
 }
 
+Server::ErrorShape Server::errors_of(const std::string& path) {
+  // httplib matches a route's pattern as a whole-path regular expression.
+  static const std::vector<std::pair<std::regex, ErrorShape>> patterns = [] {
+    std::vector<std::pair<std::regex, ErrorShape>> p;
+    for (const Route& r : route_table()) p.emplace_back(std::regex(r.path), r.errors);
+    return p;
+  }();
+  for (const auto& [pattern, errors] : patterns) {
+    if (std::regex_match(path, pattern)) return errors;
+  }
+  return send_error;
+}
+
 void Server::add_route(const Route& r) {
   auto handle = [this, r](const httplib::Request& req, httplib::Response& res) {
     Connections::answering();  // the request is whole: the read timeout no longer runs
@@ -136,7 +152,7 @@ void Server::routes() {
     // httplib 0.11 takes any number of header lines (8 KiB each). The read
     // timeout bounds how long a flood may last; this refuses what came.
     if (req.headers.size() > kMaxHeaders) {
-      send_error(res, {431, "invalid_request_error", "request_header_fields_too_large",
+      errors_of(req.path)(res, {431, "invalid_request_error", "request_header_fields_too_large",
                        "the request has " + std::to_string(req.headers.size()) + " header fields; at most " +
                            std::to_string(kMaxHeaders) + " are accepted",
                        0});
@@ -168,7 +184,7 @@ void Server::routes() {
       for (char& c : shown) {
         if (c < 0x20 || c > 0x7e) c = '?';
       }
-      send_error(res, {403, "invalid_request_error", "origin_not_allowed",
+      errors_of(req.path)(res, {403, "invalid_request_error", "origin_not_allowed",
                        "a page of '" + shown + "' may not call this server (allow it with --cors-origin)", 0});
       return httplib::Server::HandlerResponse::Handled;
     }
@@ -177,16 +193,18 @@ void Server::routes() {
     if (!any_key_given(req.get_header_value("Authorization"), req.get_header_value("X-Api-Key"), options_.api_keys)) {
       // A browser asks for the key as a login's password (any user name).
       res.set_header("WWW-Authenticate", "Basic realm=\"reclaim\", charset=\"UTF-8\"");
-      send_error(res, {401, "invalid_request_error", "invalid_api_key", "missing or wrong API key (Authorization: Bearer KEY, or X-Api-Key: KEY)", 0});
+      errors_of(req.path)(res, {401, "invalid_request_error", "invalid_api_key",
+                                "missing or wrong API key (Authorization: Bearer KEY, or X-Api-Key: KEY)", 0});
       return httplib::Server::HandlerResponse::Handled;
     }
     return httplib::Server::HandlerResponse::Unhandled;
   });
-  s.set_error_handler([](const httplib::Request&, httplib::Response& res) {
+  s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     // Only errors without a body of ours: unknown paths, and bodies over the limit.
     if (!res.body.empty()) return;
     if (res.status == 413) {
-      send_error(res, {413, "invalid_request_error", "request_too_large", "the request body is larger than the server accepts", 0});
+      errors_of(req.path)(res, {413, "invalid_request_error", "request_too_large",
+                                "the request body is larger than the server accepts", 0});
     } else if (res.status == 404) {
       send_error(res, {404, "invalid_request_error", "not_found", "no such endpoint", 0});
     }

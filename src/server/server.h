@@ -105,6 +105,10 @@ class Server {
     Handler handle;
   };
   static const std::vector<Route>& route_table();
+  // The error shape of the API a path belongs to (OpenAI's for a path no
+  // route has): for what is refused before routing (a key, an origin, a
+  // body over the limit).
+  static ErrorShape errors_of(const std::string& path);
   void routes();
   void add_route(const Route& route);
   void shutdown_pool();

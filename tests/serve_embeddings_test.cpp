@@ -67,9 +67,26 @@ TEST(ServeEmbeddings, OneOrManyInputsTextOrIdsFloatsOrBase64) {
   ASSERT_EQ(lists["data"].size(), 2u) << lists.dump();
   EXPECT_EQ(floats_of(lists["data"][0]["embedding"]), floats_of(ids["data"][0]["embedding"]));
 
+  // llama-server's mixed shapes (tools/server/tests/unit/test_embedding.py):
+  // token ids and strings in one prompt; prompts of either kind in a list.
+  for (const auto& [input, n] : std::vector<std::pair<json, size_t>>{
+           {json::array({12, 34, "string", 56, 78}), 1},
+           {json::array({"string1", json::array({12, 34, 56})}), 2},
+           {json::array({json::array({12, 34, 56}), json::array({12, "string", 34, 56})}), 2}}) {
+    const json r = s.post_json("/v1/embeddings", {{"model", "bpe"}, {"input", input}});
+    EXPECT_EQ(r["data"].size(), n) << input.dump() << " " << r.dump();
+  }
+  const json mixed = s.post_json("/v1/embeddings", {{"model", "bpe"}, {"input", {"a cat", {1820, 14796, 8473}}}});
+  ASSERT_EQ(mixed["data"].size(), 2u) << mixed.dump();
+  EXPECT_EQ(floats_of(mixed["data"][0]["embedding"]), floats_of(many["data"][0]["embedding"]));
+  EXPECT_EQ(floats_of(mixed["data"][1]["embedding"]), floats_of(ids["data"][0]["embedding"]));
+
   for (const auto& [body, param] : std::vector<std::pair<json, std::string>>{
            {{{"model", "bpe"}, {"input", 5}}, "input"},
            {{{"model", "bpe"}, {"input", json::array()}}, "input"},
+           {{{"model", "bpe"}, {"input", {"a", json::array()}}}, "input"},
+           {{{"model", "bpe"}, {"input", {1, json::array({2})}}}, "input"},
+           {{{"model", "bpe"}, {"input", {1, 2.5}}}, "input"},
            {{{"model", "bpe"}, {"input", "x"}, {"encoding_format", "int8"}}, "encoding_format"},
            {{{"model", "bpe"}, {"input", "x"}, {"dimensions", 8}}, "dimensions"}}) {
     auto r = s.post("/v1/embeddings", body);

@@ -9,6 +9,7 @@
 #include "engine/generate.h"
 #include "server/connections.h"
 #include "server/json_fields.h"
+#include "server/mixed_prompt.h"
 #include "server/openai.h"
 #include "server/http_errors.h"
 #include "server/server.h"
@@ -32,14 +33,17 @@ EmbeddingsRequest parse_embeddings_request(const json& j) {
   r.model = get_field<std::string>(j, "model", "a string");
   if (!has_field(j, "input")) bad_field("input", "'input' is required");
   const json& in = j["input"];
-  auto ids = [](const json& a) {
-    return a.is_array() && !a.empty() && std::all_of(a.begin(), a.end(), [](const json& t) { return t.is_number_integer(); });
+  // One prompt, or a list of them (each a string, or token ids with or
+  // without strings among them): llama-server's shapes, OpenAI's among them.
+  auto prompt = [](const json& p) {
+    return p.is_string() || (p.is_array() && !p.empty() &&
+                             std::all_of(p.begin(), p.end(), [](const json& e) { return e.is_string() || e.is_number_integer(); }));
   };
-  const bool ok = in.is_string() || ids(in) ||
-                  (in.is_array() && !in.empty() &&
-                   (std::all_of(in.begin(), in.end(), [](const json& s) { return s.is_string(); }) ||
-                    std::all_of(in.begin(), in.end(), ids)));
-  if (!ok) bad_field("input", "'input' must be a string, an array of strings, an array of token ids, or an array of those");
+  const bool ok = is_one_prompt(in) || (in.is_array() && !in.empty() && std::all_of(in.begin(), in.end(), prompt));
+  if (!ok) {
+    bad_field("input",
+              "'input' must be a string, an array of token ids (strings may be among them), or an array of those");
+  }
   r.input = in;
   if (has_field(j, "encoding_format")) {
     const std::string f = get_field<std::string>(j, "encoding_format", "\"float\" or \"base64\"");
@@ -56,30 +60,17 @@ EmbeddingsRequest parse_embeddings_request(const json& j) {
 // The inputs as token lists: strings tokenized as a completion's prompt is.
 std::vector<std::vector<llama_token>> input_tokens(const json& in, const llama_vocab* vocab) {
   std::vector<std::vector<llama_token>> out;
-  auto one = [&](const json& x) {
-    if (x.is_string()) {
-      out.push_back(tokenize(vocab, x.get<std::string>(), true));
-    } else {
-      std::vector<llama_token> ids;
-      for (const json& t : x) {
-        if (t.is_number_unsigned() ? t.get<uint64_t>() > INT32_MAX : t.get<int64_t>() < INT32_MIN) {
-          bad_field("input", "'input' has token id " + t.dump() + ", outside any vocabulary", "invalid_prompt");
-        }
-        ids.push_back(static_cast<llama_token>(t.get<int64_t>()));
-      }
-      out.push_back(std::move(ids));
-    }
-  };
-  if (in.is_string() || (in.is_array() && in[0].is_number_integer())) {
-    one(in);
+  if (is_one_prompt(in)) {
+    out.push_back(mixed_prompt_tokens(vocab, in, "input", true, true));
   } else {
-    for (const json& x : in) one(x);
+    for (const json& p : in) out.push_back(mixed_prompt_tokens(vocab, p, "input", true, true));
   }
   return out;
 }
 
 bool input_has_text(const json& in) {
-  return in.is_string() || (in.is_array() && in[0].is_string());
+  if (in.is_string()) return true;
+  return std::any_of(in.begin(), in.end(), [](const json& e) { return e.is_string() || (e.is_array() && input_has_text(e)); });
 }
 
 // OpenAI's base64 form: the float32 values' little-endian bytes.

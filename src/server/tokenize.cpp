@@ -8,6 +8,7 @@
 #include "engine/generate.h"
 #include "engine/text_stream.h"
 #include "server/json_fields.h"
+#include "server/mixed_prompt.h"
 #include "server/openai.h"
 #include "server/server.h"
 
@@ -16,36 +17,6 @@ namespace reclaim::server {
 using nlohmann::json;
 
 namespace {
-
-// A token id as JSON has it, or a 400 naming the field.
-llama_token token_id(const json& t, const char* field) {
-  if (!t.is_number_integer() || (t.is_number_unsigned() ? t.get<uint64_t>() > INT32_MAX : t.get<int64_t>() < INT32_MIN)) {
-    bad_field(field, std::string("'") + field + "' has " + t.dump() + ", which is no token id", "invalid_prompt");
-  }
-  return static_cast<llama_token>(t.get<int64_t>());
-}
-
-// llama-server's "mixed" content: a string, or an array of strings and token
-// ids, each string tokenized apart (special tokens in it parsed when
-// `parse_special`); `add_special` adds the model's BOS and EOS around the
-// first string only.
-std::vector<llama_token> content_tokens(const llama_vocab* vocab, const json& content, bool add_special, bool parse_special) {
-  if (content.is_string()) return tokenize(vocab, content.get<std::string>(), add_special, parse_special);
-  if (!content.is_array()) bad_field("content", "'content' must be a string, or an array of strings and token ids");
-  std::vector<llama_token> out;
-  bool first = true;
-  for (const json& part : content) {
-    if (part.is_string()) {
-      const std::vector<llama_token> t = tokenize(vocab, part.get<std::string>(), add_special && first, parse_special);
-      out.insert(out.end(), t.begin(), t.end());
-      first = false;
-    } else {
-      out.push_back(token_id(part, "content"));
-    }
-  }
-  check_token_ids(vocab, out);
-  return out;
-}
 
 // A piece that is not whole UTF-8 (a byte of a multi-byte character) is
 // its bytes, as llama-server gives it.
@@ -71,7 +42,7 @@ void Server::tokenize_text(const httplib::Request& req, httplib::Response& res) 
     const llama_vocab* vocab = run->model().vocab();
     json tokens = json::array();
     if (has_field(body, "content")) {
-      for (llama_token t : content_tokens(vocab, body["content"], add_special, parse_special)) {
+      for (llama_token t : mixed_prompt_tokens(vocab, body["content"], "content", add_special, parse_special)) {
         tokens.push_back(with_pieces ? json{{"id", t}, {"piece", piece_json(token_piece(vocab, t, true))}} : json(t));
       }
     }

@@ -32,7 +32,8 @@ std::vector<Bad> corpus() {
                                "{\"max_tokens\":Infinity}"}) {
     out.push_back({"body " + b.substr(0, 24), chat_path, b});
     out.push_back({"body " + b.substr(0, 24), "/v1/models/load", b});
-    for (const char* path : {"/tokenize", "/detokenize", "/apply-template", "/v1/messages", "/v1/messages/count_tokens", "/v1/responses"}) {
+    for (const char* path : {"/tokenize", "/detokenize", "/apply-template", "/v1/messages", "/v1/messages/count_tokens", "/v1/responses",
+                             "/completion"}) {
       out.push_back({"body " + b.substr(0, 24), path, b});
     }
   }
@@ -110,6 +111,10 @@ std::vector<Bad> corpus() {
   field("/detokenize", json{{"model", "bpe"}, {"tokens", {1}}}, "tokens",
         {"x", 1, json::array({"a"}), json::array({-1}), json::array({999999999}), json::array({1.5}), json::object()});
   field("/apply-template", good_chat(), "messages", {"hello", 1, json::array(), json::array({{{"role", "user"}}})});
+  const json native = {{"model", "bpe"}, {"prompt", "x"}, {"n_predict", 2}};
+  field("/completion", native, "n_predict", {"2", 1.5, true, json::array(), 99999999999LL});
+  field("/completion", native, "prompt", {1, json::object(), json::array({1.5}), json::array({999999999}), nullptr});
+  field("/completion", native, "return_tokens", {"yes", 1});
   // Anthropic's: answered in its own shape, {"type": "error", "error": {"type", "message"}}.
   const json message = {{"model", "bpe"}, {"max_tokens", 2}, {"messages", {{{"role", "user"}, {"content", "hi"}}}}};
   field("/v1/messages", message, "max_tokens", {"2", -1, 0, 1.5, nullptr, json::array()});

@@ -32,10 +32,16 @@ json with(json body, const json& fields) {
 
 TEST(ServeCompat, AServerOfOneModelNeedsNoNameAndAnswersWithoutTheV1Prefix) {
   Served s({"-m", spm() + ":only"}, false);
-  for (const char* path : {"/v1/completions", "/completions"}) {
+  {
+    const json r = s.post_json("/v1/completions", kPrompt);
+    EXPECT_EQ(r["model"], "only");
+    EXPECT_EQ(r["usage"]["completion_tokens"], 2);
+  }
+  // llama-server's /completions is its own shape, as /completion.
+  for (const char* path : {"/completion", "/completions"}) {
     const json r = s.post_json(path, kPrompt);
     EXPECT_EQ(r["model"], "only") << path;
-    EXPECT_EQ(r["usage"]["completion_tokens"], 2) << path;
+    EXPECT_EQ(r["tokens_predicted"], 2) << path;
   }
   for (const char* path : {"/v1/chat/completions", "/chat/completions"}) {
     const json r = s.post_json(path, kChat);
@@ -165,6 +171,44 @@ TEST(ServeCompat, AMistakeInTheCertificateOrKeysIsOneLineAndExitTwo) {
     EXPECT_EQ(r.status, 2) << args << "\n" << r.out;
     EXPECT_NE(r.out.find(says), std::string::npos) << args << "\n" << r.out;
   }
+}
+
+// llama-server's own /completion, as its tests/unit/test_completion.py
+// reads it: whole or streamed, n_predict, return_tokens.
+TEST(ServeCompat, TheNativeCompletionAnswersInLlamaServersShape) {
+  Served s({"-m", spm() + ":only"}, false);
+  const json body = {{"prompt", "I believe the meaning of life is"}, {"n_predict", 8}, {"temperature", 0}};
+  const json whole = s.post_json("/completion", with(body, {{"return_tokens", true}}));
+  EXPECT_EQ(whole["tokens_predicted"], 8) << whole.dump();
+  EXPECT_GT(whole["tokens_evaluated"].get<int>(), 0);
+  EXPECT_EQ(whole["tokens"].size(), 8u);
+  EXPECT_EQ(whole["stop"], true);
+  EXPECT_EQ(whole["stop_type"], "limit");
+  EXPECT_EQ(whole["timings"]["predicted_n"], 8);
+  EXPECT_FALSE(whole["content"].get<std::string>().empty());
+  // The stream: the same text in pieces, then the last object with stop.
+  auto streamed = s.post("/completion", with(body, {{"stream", true}}));
+  ASSERT_TRUE(streamed);
+  EXPECT_EQ(streamed->status, 200);
+  std::string text;
+  json last;
+  for (size_t at = streamed->body.find("data: "); at != std::string::npos; at = streamed->body.find("data: ", at + 6)) {
+    const size_t end = streamed->body.find("\n\n", at);
+    const json chunk = json::parse(streamed->body.substr(at + 6, end - at - 6));
+    text += chunk["content"].get<std::string>();
+    last = chunk;
+  }
+  EXPECT_EQ(streamed->body.find("[DONE]"), std::string::npos);
+  EXPECT_EQ(text, whole["content"]);
+  EXPECT_EQ(last["stop"], true);
+  EXPECT_EQ(last["tokens_predicted"], 8);
+  EXPECT_EQ(s.post_json("/completion", body)["tokens"].size(), 0u);  // without return_tokens
+  // n_predict -1 (llama-server's default) runs to the end token or the context's end.
+  const json open = s.post_json("/completion", with(body, {{"n_predict", -1}}));
+  EXPECT_GT(open["tokens_predicted"].get<int>(), 8) << open.dump();
+  expect_error(s.post("/completion", with(body, {{"n_predict", "many"}})), 400, "n_predict");
+  s.post("/v1/models/unload", {{"model", "only"}});
+  s.expect_clean();
 }
 
 // llama-server's /props and /slots, as its tests/unit/test_basic.py reads

@@ -48,6 +48,9 @@ class Answer {
 
 // OpenAI's (server/openai_answer.cpp).
 std::unique_ptr<Answer> openai_answer(const CompletionRequest& req);
+// llama-server's own (server/native_answer.cpp); the generated token ids
+// are in the whole reply when `return_tokens`.
+std::unique_ptr<Answer> native_answer(const CompletionRequest& req, bool return_tokens);
 
 // What every API's reply ids and times are made of: a number unique in the
 // process, and the time in unix seconds.

@@ -409,6 +409,30 @@ void Server::completions(const httplib::Request& req, httplib::Response& res) {
   });
 }
 
+void Server::native_completion(const httplib::Request& req, httplib::Response& res) {
+  in_run([&](std::shared_ptr<RequestRun> run) {
+    json body = openai_body(req);
+    // llama-server's n_predict: -1 (its default) generates until the end
+    // token or the context's end.
+    bool unbounded = !has_field(body, "max_tokens");
+    if (has_field(body, "n_predict")) {
+      const int64_t n = get_field<int64_t>(body, "n_predict", "an integer");
+      unbounded = n < 0;
+      if (n >= 0 && !has_field(body, "max_tokens")) body["max_tokens"] = n;
+    }
+    const bool return_tokens = has_field(body, "return_tokens") && get_field<bool>(body, "return_tokens", "true or false");
+    complete(res,
+             {named_model(body),
+              [&body, unbounded](const json& defaults) {
+                CompletionRequest r = parse_completion_request(body, false, defaults);
+                if (unbounded && !defaults.contains("max_tokens")) r.generate.max_tokens = -1;
+                return r;
+              },
+              [return_tokens](const CompletionRequest& r) { return native_answer(r, return_tokens); }},
+             std::move(run));
+  });
+}
+
 std::vector<llama_token> Server::render_only(std::shared_ptr<RequestRun> request, const json& body, std::string& prompt) {
   Running run;
   run.request = std::move(request);

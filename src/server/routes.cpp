@@ -64,14 +64,16 @@ const std::vector<Server::Route>& Server::route_table() {
       // The same without the prefix, as llama-server serves them and as
       // clients whose base URL has no /v1 call them.
       {"GET", "/models", send_error, &Server::list_models},
-      {"POST", "/completions", send_error, &Server::completions},
       {"POST", "/chat/completions", send_error, &Server::chat_completions},
       {"POST", "/embeddings", send_error, &Server::embeddings},
       {"POST", "/responses", send_error, &Server::responses},
       // Anthropic's (server/anthropic_routes.cpp), with its error shape.
       {"POST", "/v1/messages", send_anthropic_error, &Server::anthropic_messages},
       {"POST", "/v1/messages/count_tokens", send_anthropic_error, &Server::anthropic_count_tokens},
-      // llama-server's own (server/completion.cpp, server/tokenize.cpp).
+      // llama-server's own (server/completion.cpp, server/tokenize.cpp,
+      // server/props.cpp). Its /completions is its own shape, as /completion.
+      {"POST", "/completion", send_error, &Server::native_completion},
+      {"POST", "/completions", send_error, &Server::native_completion},
       {"POST", "/apply-template", send_error, &Server::apply_template},
       {"POST", "/tokenize", send_error, &Server::tokenize_text},
       {"POST", "/detokenize", send_error, &Server::detokenize_tokens},

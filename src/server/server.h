@@ -125,6 +125,8 @@ class Server {
   void metrics(const httplib::Request& req, httplib::Response& res);
   // OpenAI's requests (server/completion.cpp, server/embeddings.cpp).
   void completions(const httplib::Request& req, httplib::Response& res);
+  // llama-server's /completion: its field names read into OpenAI's request.
+  void native_completion(const httplib::Request& req, httplib::Response& res);
   void chat_completions(const httplib::Request& req, httplib::Response& res);
   void embeddings(const httplib::Request& req, httplib::Response& res);
   void apply_template(const httplib::Request& req, httplib::Response& res);

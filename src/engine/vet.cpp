@@ -227,6 +227,9 @@ VetReport vet_here(const VetRequest& q, const VetProgress& progress) {
       r.estimate = estimate_memory(load, q.context, &r.info, [&](const MemoryEstimate& e) {
         if (!progress.estimated) return;
         VetReport early = r;
+        // The parent keeps no template text of a verdict, and a hostile
+        // file's would take the child's stdout bound twice over.
+        early.info.chat_template.clear();
         early.ok = true;
         early.estimate = e;
         early.has_tokenizer = r.info.has_tokenizer;

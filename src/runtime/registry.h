@@ -153,6 +153,9 @@ class Registry {
   // A model's own settings, by its name or an alias (BadModelName,
   // UnknownModel).
   ModelSettings settings(const std::string& name) const;
+  // Its batch as it loads: its sequences and each one's context, its own
+  // settings over the registry's (UnknownModel).
+  BatcherOptions batching(const std::string& name) const;
 
  private:
   friend class Lease;

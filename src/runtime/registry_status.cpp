@@ -88,6 +88,12 @@ ModelSettings Registry::settings(const std::string& name) const {
   return catalogue_.find(name).spec.settings;
 }
 
+BatcherOptions Registry::batching(const std::string& name) const {
+  check_name(name);
+  std::lock_guard lock(mu_);
+  return catalogue_.batching_of(catalogue_.find(name));
+}
+
 ModelStatus Registry::status(const std::string& name) const {
   check_name(name);
   std::lock_guard lock(mu_);

@@ -52,6 +52,10 @@ std::unique_ptr<Answer> openai_answer(const CompletionRequest& req);
 // are in the whole reply when `return_tokens`.
 std::unique_ptr<Answer> native_answer(const CompletionRequest& req, bool return_tokens);
 
+// One server-sent event of `j`, as OpenAI's and llama-server's streams send
+// them.
+std::string sse(const nlohmann::json& j);
+
 // What every API's reply ids and times are made of: a number unique in the
 // process, and the time in unix seconds.
 uint64_t next_reply_number();

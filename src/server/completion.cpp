@@ -417,6 +417,7 @@ void Server::native_completion(const httplib::Request& req, httplib::Response& r
     bool unbounded = !has_field(body, "max_tokens");
     if (has_field(body, "n_predict")) {
       const int64_t n = get_field<int64_t>(body, "n_predict", "an integer");
+      if (n > (1 << 24)) bad_field("n_predict", "'n_predict' must be at most 16777216 (-1: no limit)");
       unbounded = n < 0;
       if (n >= 0 && !has_field(body, "max_tokens")) body["max_tokens"] = n;
     }

@@ -12,8 +12,6 @@ using nlohmann::json;
 
 namespace {
 
-std::string sse(const json& j) { return "data: " + j.dump() + "\n\n"; }
-
 // How llama-server names why a generation ended.
 const char* stop_type(FinishReason f) {
   switch (f) {

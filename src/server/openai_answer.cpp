@@ -23,9 +23,9 @@ int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-namespace {
-
 std::string sse(const json& j) { return "data: " + j.dump() + "\n\n"; }
+
+namespace {
 
 class OpenAiAnswer : public Answer {
  public:

@@ -59,10 +59,10 @@ void Server::props(const httplib::Request& req, httplib::Response& res) {
     return;
   }
   const ModelSettings settings = settings_of(name);
+  const BatcherOptions batch = registry_.batching(name);
   const ModelStatus s = registry_.status(name);
-  json props = {{"default_generation_settings",
-                 {{"n_ctx", settings.n_ctx.value_or(o.session.n_ctx)}, {"params", generation_params(settings)}}},
-                {"total_slots", settings.parallel.value_or(o.parallel)},
+  json props = {{"default_generation_settings", {{"n_ctx", batch.session.n_ctx}, {"params", generation_params(settings)}}},
+                {"total_slots", batch.n_seq},
                 {"model_alias", s.name},
                 {"model_path", s.path},
                 {"modalities", {{"vision", false}, {"video", false}, {"audio", false}}},
@@ -78,18 +78,17 @@ void Server::props(const httplib::Request& req, httplib::Response& res) {
 
 void Server::slots(const httplib::Request& req, httplib::Response& res) {
   const std::string named = model_of_query(req);
+  if (!named.empty()) settings_of(named);  // a file added to --models-dir since is found; an unknown name is a 404
   const std::vector<std::string> names = named.empty() ? registry_.names() : std::vector<std::string>{named};
-  const RegistryOptions& o = registry_.options();
   json list = json::array();
   for (const std::string& name : names) {
-    const ModelSettings settings = settings_of(name);
+    const BatcherOptions batch = registry_.batching(name);
     const ModelStatus s = registry_.status(name);
-    const int n = settings.parallel.value_or(o.parallel);
-    for (int id = 0; id < n; ++id) {
+    for (int id = 0; id < batch.n_seq; ++id) {
       const bool busy = static_cast<size_t>(id) < s.sequences_in_use.size() && s.sequences_in_use[static_cast<size_t>(id)];
       list.push_back({{"id", id},
                       {"model", s.name},
-                      {"n_ctx", settings.n_ctx.value_or(o.session.n_ctx)},
+                      {"n_ctx", batch.session.n_ctx},
                       {"is_processing", busy},
                       {"speculative", false}});
     }

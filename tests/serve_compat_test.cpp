@@ -8,12 +8,14 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <utility>
 #include <thread>
 #include <vector>
 
 #include "served.h"
+#include "temp_path.h"
 
 using namespace reclaim::testing;
 using nlohmann::json;
@@ -56,8 +58,28 @@ TEST(ServeCompat, AServerOfOneModelNeedsNoNameAndAnswersWithoutTheV1Prefix) {
   const json models = s.get("/models");
   ASSERT_EQ(models["data"].size(), 1u);
   EXPECT_EQ(models["data"][0]["id"], "only");
-  // A name that is not the model's is still refused.
+  // As llama-server does, a server of one model answers whatever name a
+  // client sends (its own default, say), and says which model answered.
+  EXPECT_EQ(s.post_json("/v1/completions", with(kPrompt, {{"model", "gpt-4o-mini"}}))["model"], "only");
+  EXPECT_EQ(s.post_json("/v1/chat/completions", with(kChat, {{"model", "other"}}))["model"], "only");
+  s.post("/v1/models/unload", {{"model", "only"}});
+  s.expect_clean();
+}
+
+TEST(ServeCompat, AServerThatMayFindMoreModelsTellsAnUnknownNameApart) {
+  // One model now, but a folder where more may appear: a name it does not
+  // have may be one still to come, so it is refused rather than stood in for.
+  const std::string dir = temp_path("one-model-folder");
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(spm(), dir + "/only.gguf", std::filesystem::copy_options::overwrite_existing);
+  Served s({"--models-dir", dir}, false);
+  EXPECT_EQ(s.post_json("/v1/completions", kPrompt)["model"], "only");
   expect_error(s.post("/v1/completions", with(kPrompt, {{"model", "other"}})), 404, "other");
+  // In each API's own shape.
+  const auto r = s.post("/v1/messages", {{"model", "other"}, {"max_tokens", 2}, {"messages", {{{"role", "user"}, {"content", "Hi"}}}}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 404);
+  EXPECT_EQ(json::parse(r->body)["error"]["type"], "not_found_error") << r->body;
   s.post("/v1/models/unload", {{"model", "only"}});
   s.expect_clean();
 }
@@ -294,7 +316,7 @@ TEST(ServeCompat, TokenizeDetokenizeAndApplyTemplateAnswerAsLlamaServers) {
   expect_error(s.post("/detokenize", {{"tokens", {1, 99999999}}}), 400, "99999999");
   expect_error(s.post("/tokenize", {{"content", json::array({-4})}}), 400, "-4");
   expect_error(s.post("/tokenize", {{"content", 5}}), 400, "'content'");
-  expect_error(s.post("/tokenize", {{"model", "other"}, {"content", "x"}}), 404, "other");
+  EXPECT_EQ(s.post_json("/tokenize", {{"model", "other"}, {"content", "x"}}), s.post_json("/tokenize", {{"content", "x"}}));
 
   const json t = s.post_json("/apply-template", {{"messages", {{{"role", "system"}, {"content", "Be brief."}},
                                                                 {{"role", "user"}, {"content", "Where is Paris?"}}}}});

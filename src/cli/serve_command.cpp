@@ -250,7 +250,8 @@ void serve_until_stopped(RegistryOptions opts, ModelSources& sources, server::Se
       throw Error("--default-model " + so.default_model + ": " + e.what());
     }
   }
-  so.rediscover = [&sources, &registry] { return sources.rescan(registry); };
+  // Only a folder can hold models the server has not seen yet.
+  if (!models_dir.empty()) so.rediscover = [&sources, &registry] { return sources.rescan(registry); };
   server::Server http(so, registry);
   const int port = http.bind();
   // The accept loop's thread, on the ledger. Whatever fails from here on,

@@ -386,11 +386,31 @@ void Server::complete(httplib::Response& res, const CompletionCall& call, std::s
 
 json Server::openai_body(const httplib::Request& req) const { return with_default_model(parse_object(req.body)); }
 
+namespace {
+
+// As llama-server does: a server of one model, fixed when it started (no
+// folder where more may appear), answers whatever name a client sends, so
+// clients that send their own default ("gpt-4o-mini") work unchanged. A
+// server of several, or one that may find more, tells a name it does not
+// have apart (404).
+bool stands_for_any_name(const json& name, const Registry& registry, bool may_find_more) {
+  if (!name.is_string() || may_find_more || registry.names().size() != 1) return false;
+  try {
+    (void)registry.settings(name.get<std::string>());
+    return false;
+  } catch (const std::exception&) {
+    return true;
+  }
+}
+
+}  // namespace
+
 json Server::with_default_model(json body) const {
   const auto it = body.find("model");
-  if (it != body.end() && !it->is_null()) return body;
-  // As llama-server does: a server of one model (or with --default-model)
-  // needs no name; one of several does, and the parse says so.
+  const bool named = it != body.end() && !it->is_null();
+  if (named && !stands_for_any_name(*it, registry_, static_cast<bool>(options_.rediscover))) return body;
+  // A server of one model (or with --default-model) needs no name; one of
+  // several does, and the parse says so.
   if (!options_.default_model.empty()) {
     body["model"] = options_.default_model;
   } else if (const std::vector<std::string> names = registry_.names(); names.size() == 1) {

@@ -1,5 +1,6 @@
 #include "server/openai.h"
 
+#include "engine/build_info.h"
 #include "server/chat_request.h"
 #include "server/json_fields.h"
 
@@ -384,18 +385,23 @@ json completion_json(const CompletionRequest& req, const GenerateResult& r, cons
           {"object", req.chat ? "chat.completion" : "text_completion"},
           {"created", created},
           {"model", req.model},
+          {"system_fingerprint", llama_build()},
           {"choices", json::array({choice})},
           {"usage", usage_json(r)},
           {"timings", timings_json(r)}};
 }
 
 json timings_json(const GenerateResult& r) {
+  const auto per_token = [](double ms, int64_t n) { return n > 0 ? ms / static_cast<double>(n) : 0.0; };
+  const int64_t decoded = r.timings.prompt_tokens - r.timings.cached_tokens;
   return {{"cache_n", r.timings.cached_tokens},
-          {"prompt_n", r.timings.prompt_tokens - r.timings.cached_tokens},
+          {"prompt_n", decoded},
           {"prompt_ms", r.timings.prompt_ms},
+          {"prompt_per_token_ms", per_token(r.timings.prompt_ms, decoded)},
           {"prompt_per_second", r.timings.prompt_per_second()},
           {"predicted_n", r.timings.generated_tokens},
           {"predicted_ms", r.timings.generate_ms},
+          {"predicted_per_token_ms", per_token(r.timings.generate_ms, r.timings.generated_tokens)},
           {"predicted_per_second", r.timings.generate_per_second()},
           {"first_token_ms", r.timings.first_token_ms}};
 }
@@ -408,6 +414,7 @@ json chunk_json(const CompletionRequest& req, const json& delta_or_text, const c
           {"object", req.chat ? "chat.completion.chunk" : "text_completion"},
           {"created", created},
           {"model", req.model},
+          {"system_fingerprint", llama_build()},
           {"choices", json::array({choice})}};
 }
 

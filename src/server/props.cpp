@@ -4,6 +4,7 @@
 // a model: a query must not take gigabytes.
 #include <httplib.h>
 
+#include "engine/build_info.h"
 #include "engine/sampling.h"
 #include "server/http_errors.h"
 #include "server/server.h"
@@ -53,7 +54,7 @@ void Server::props(const httplib::Request& req, httplib::Response& res) {
                          {"model_alias", "reclaim"},
                          {"model_path", "none"},
                          {"default_generation_settings", {{"params", json::object()}, {"n_ctx", 0}}},
-                         {"build_info", "reclaim"}}
+                         {"build_info", llama_build()}}
                         .dump(),
                     "application/json");
     return;
@@ -72,7 +73,7 @@ void Server::props(const httplib::Request& req, httplib::Response& res) {
                 // llama-server's sleeping is a model unloaded to save memory,
                 // which is what reclaim's keep-alive does.
                 {"is_sleeping", s.state != ModelState::loaded},
-                {"build_info", "reclaim"}};
+                {"build_info", llama_build()}};
   res.set_content(props.dump(), "application/json");
 }
 

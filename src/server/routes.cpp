@@ -176,7 +176,8 @@ void Server::routes() {
         res.set_header("Access-Control-Allow-Headers", asked.empty() ? "Authorization, Content-Type" : asked);
         res.set_header("Access-Control-Max-Age", "600");
       }
-      res.status = 204;
+      // 200 rather than 204 (both pass a preflight), as llama-server answers.
+      res.status = 200;
       return httplib::Server::HandlerResponse::Handled;
     }
     if (!origin_ok) {
@@ -195,7 +196,7 @@ void Server::routes() {
     if (!any_key_given(req.get_header_value("Authorization"), req.get_header_value("X-Api-Key"), options_.api_keys)) {
       // A browser asks for the key as a login's password (any user name).
       res.set_header("WWW-Authenticate", "Basic realm=\"reclaim\", charset=\"UTF-8\"");
-      errors_of(req.path)(res, {401, "invalid_request_error", "invalid_api_key",
+      errors_of(req.path)(res, {401, "authentication_error", "invalid_api_key",
                                 "missing or wrong API key (Authorization: Bearer KEY, or X-Api-Key: KEY)", 0});
       return httplib::Server::HandlerResponse::Handled;
     }

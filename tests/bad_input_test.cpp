@@ -99,6 +99,8 @@ std::vector<Bad> corpus() {
   deep_in(chat_path, good_chat(), {"tools"});
   deep_in(chat_path, good_chat(), {"response_format", "json_schema", "schema"});
   deep_in(chat_path, good_chat(), {"no_such_field"});
+  field(chat_path, good_chat(), "chat_template_kwargs",
+        {"think", 1, json::array(), json{{"enable_thinking", "no"}}, json{{"enable_thinking", 0}}});
   deep_in("/v1/embeddings", json{{"model", "bpe"}}, {"input"});
   // llama-server's own.
   field("/tokenize", json{{"model", "bpe"}, {"content", "x"}}, "content",

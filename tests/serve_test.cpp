@@ -344,7 +344,7 @@ TEST(Serve, MetricsAndPsShowTheModelsAndTheRequests) {
   auto m = s.http().Get("/metrics");
   ASSERT_TRUE(m);
   EXPECT_EQ(m->get_header_value("Content-Type").rfind("text/plain", 0), 0u);
-  const std::regex sample(R"(^[a-z_]+(\{[a-z_]+="[^"]*"(,[a-z_]+="[^"]*")*\})? -?[0-9.e+]+$)");
+  const std::regex sample(R"(^[a-z_:]+(\{[a-z_]+="[^"]*"(,[a-z_]+="[^"]*")*\})? -?[0-9.e+]+$)");
   std::istringstream lines(m->body);
   int samples = 0;
   for (std::string line; std::getline(lines, line);) {
@@ -409,8 +409,17 @@ TEST(Serve, MetricsPassPromtoolWhileRequestsRun) {
     auto m = s.http().Get("/metrics");
     if (!m) return false;
     last = m->body;
+    // llama-server's families keep its names, which promtool's lint flags
+    // (a colon, a counter without _total) as it flags llama-server's own:
+    // the rest is linted, and every sample's shape is checked by
+    // MetricsAndPsShowTheModelsAndTheRequests.
+    std::istringstream in(last);
+    std::string ours;
+    for (std::string line; std::getline(in, line);) {
+      if (line.find("llamacpp:") == std::string::npos) ours += line + "\n";
+    }
     const std::string file = reclaim::testing::temp_path("metrics.txt");
-    std::ofstream(file) << last;
+    std::ofstream(file) << ours;
     EXPECT_EQ(std::system(("promtool check metrics < " + file + " > " + file + ".out 2>&1").c_str()), 0)
         << std::ifstream(file + ".out").rdbuf() << "\n" << last;
     ++checked;

@@ -409,6 +409,7 @@ bool Batcher::step() {
   }
   steps_.fetch_add(1);
   tokens_.fetch_add(static_cast<uint64_t>(b.n_tokens));
+  busy_.fetch_add(in_batch_.size());
   // Swapped with a reserved twin, so that both keep room for n_seq jobs.
   std::vector<Job*>& stepped = stepped_;
   stepped.clear();

@@ -82,6 +82,7 @@ class Batcher {
   size_t waiting() const;    // requests waiting for one
   uint64_t steps() const { return steps_.load(); }    // decodes so far
   uint64_t tokens() const { return tokens_.load(); }  // tokens in them
+  uint64_t busy_in_steps() const { return busy_.load(); }  // sequences in them, summed
   // Tokens whose cells the prompt cache keeps in sequence `seq`, and in all.
   size_t cached_tokens(int32_t seq) const;
   uint64_t cached_tokens() const;
@@ -131,7 +132,7 @@ class Batcher {
   // thread may not allocate outside a step (it would have no one to tell).
   std::vector<Job*> held_;
   std::vector<Job*> stepped_;  // the last step's jobs, swapped with in_batch_
-  std::atomic<uint64_t> steps_{0}, tokens_{0};
+  std::atomic<uint64_t> steps_{0}, tokens_{0}, busy_{0};
   // On the batch's scope, released before the context it decodes on (it
   // was armed after it); its stack goes with it (core/stack_thread.h).
   ScopedThread thread_;

@@ -73,7 +73,10 @@ struct Timings {
   double first_token_ms = 0;  // from the start of the request to the first token
   double total_ms = 0;
   double prompt_per_second() const { return prompt_ms > 0 ? prompt_tokens * 1000.0 / prompt_ms : 0; }
-  double generate_per_second() const { return generate_ms > 0 ? generated_tokens * 1000.0 / generate_ms : 0; }
+  // The first token comes from the prompt's last logits, so generate_ms holds
+  // one decode fewer than the tokens generated: the rate is over those.
+  int32_t generate_steps() const { return generated_tokens > 1 ? generated_tokens - 1 : 0; }
+  double generate_per_second() const { return generate_ms > 0 ? generate_steps() * 1000.0 / generate_ms : 0; }
 };
 
 struct GenerateResult {

@@ -250,6 +250,10 @@ void Registry::unload_locked(std::unique_lock<std::mutex>& lock, Entry& e, Unloa
 void Registry::finish_unload_locked(std::unique_lock<std::mutex>& lock, Entry& e) {
   e.change(LifeEvent::idle);
   std::unique_ptr<Model> model = std::move(e.model);
+  if (const Batcher* b = model ? model->batcher() : nullptr) {  // its decodes stay counted
+    sched_.decode_steps += b->steps();
+    sched_.busy_in_steps += b->busy_in_steps();
+  }
   cv_.notify_all();
   lock.unlock();
   const Steady::time_point t0 = Steady::now();

@@ -83,6 +83,8 @@ struct SchedulerStats {
   uint64_t timeouts = 0;        // QueueTimeout
   uint64_t gone = 0;            // clients that left while waiting
   int waiting = 0;              // requests waiting now
+  // Decodes of every model since the start, and the sequences in them.
+  uint64_t decode_steps = 0, busy_in_steps = 0;
   std::vector<std::string> line;  // the models waiting for room, first first
   // Seconds, by bucket: each wait for a slot, a load or a swap; each load
   // and unload.

@@ -75,6 +75,12 @@ std::vector<std::string> Registry::names() const {
 SchedulerStats Registry::scheduler() const {
   std::lock_guard lock(mu_);
   SchedulerStats s = sched_;
+  for (const Entry& e : catalogue_.entries()) {
+    if (const Batcher* b = e.loaded_batcher()) {
+      s.decode_steps += b->steps();
+      s.busy_in_steps += b->busy_in_steps();
+    }
+  }
   s.line = line_.names();
   s.wait_histogram = waits_.counts();
   s.load_histogram = loads_.counts();

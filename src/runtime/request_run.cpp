@@ -49,6 +49,11 @@ RunEnd RequestRun::finish(const GenerateResult& r) {
   counts_.prompt_tokens += static_cast<uint64_t>(r.timings.prompt_tokens);
   counts_.cached_prompt_tokens += static_cast<uint64_t>(r.timings.cached_tokens);
   counts_.completion_tokens += static_cast<uint64_t>(r.timings.generated_tokens);
+  counts_.prompt_us += static_cast<uint64_t>(r.timings.prompt_ms * 1000);
+  counts_.generate_us += static_cast<uint64_t>(r.timings.generate_ms * 1000);
+  const auto held = static_cast<uint64_t>(r.timings.prompt_tokens + r.timings.generated_tokens);
+  for (uint64_t most = counts_.most_tokens.load(); held > most && !counts_.most_tokens.compare_exchange_weak(most, held);) {
+  }
   if (r.timings.generated_tokens > 0) counts_.first_token_seconds.observe(r.timings.first_token_ms / 1000);
   if (r.timings.generated_tokens > 1 && r.timings.generate_ms > 0) {
     counts_.tokens_per_second.observe(r.timings.generate_per_second());

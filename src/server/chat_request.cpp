@@ -166,6 +166,19 @@ void parse_chat_fields(const json& j, CompletionRequest& r) {
     }
   }
   if (has_field(j, "parallel_tool_calls")) c.parallel_tool_calls = get_field<bool>(j, "parallel_tool_calls", "true or false");
+  // llama-server's switch of a template's thinking for one request (a model's
+  // defaults may set it for all). Only enable_thinking is read: the other
+  // keys a template might take are not passed to it.
+  if (has_field(j, "chat_template_kwargs")) {
+    const json& kw = j["chat_template_kwargs"];
+    if (!kw.is_object()) bad_field("chat_template_kwargs", "'chat_template_kwargs' must be an object");
+    if (has_field(kw, "enable_thinking")) {
+      if (!kw["enable_thinking"].is_boolean()) {
+        bad_field("chat_template_kwargs", "'chat_template_kwargs.enable_thinking' must be true or false");
+      }
+      c.think = kw["enable_thinking"].get<bool>();
+    }
+  }
 }
 
 void parse_output_format(const json& j, CompletionRequest& r) {

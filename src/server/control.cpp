@@ -4,6 +4,7 @@
 // (server/worker_pool.h).
 #include <httplib.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 
@@ -75,7 +76,17 @@ void Server::unload_model(const httplib::Request& req, httplib::Response& res) {
   res.set_content(model_json(registry_.status(c.model)).dump(), "application/json");
 }
 
+namespace {
+
+// When the process started, in Unix seconds: set as it starts (a static's
+// initialisation), for the header llama-server sends with its metrics.
+const int64_t kProcessStart =
+    std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+
+}  // namespace
+
 void Server::metrics(const httplib::Request&, httplib::Response& res) {
+  res.set_header("Process-Start-Time-Unix", std::to_string(kProcessStart));
   res.set_content(metrics_text(registry_, baseline().usage, stats_, http_stats()), "text/plain; version=0.0.4");
 }
 

@@ -175,6 +175,39 @@ void scheduler_families(Writer& w, const Registry& registry) {
          "Times the prompt caches' saves were dropped to make room, before any model.", sched.cache_drops);
 }
 
+// llama-server's own families, under its names (its dashboards and tests
+// read them), for the whole server: the same counts as reclaim's above.
+void llama_server_families(Writer& w, const RequestCounts& stats, const SchedulerStats& sched) {
+  const uint64_t prompt = stats.prompt_tokens.load(), cached = std::min(stats.cached_prompt_tokens.load(), prompt);
+  const double prompt_s = static_cast<double>(stats.prompt_us.load()) / 1e6;
+  const double generate_s = static_cast<double>(stats.generate_us.load()) / 1e6;
+  const uint64_t predicted = stats.completion_tokens.load();
+  const auto rate = [](double n, double s) { return s > 0 ? n / s : 0.0; };
+  w.single("llamacpp:prompt_tokens_total", "counter", "Prompt tokens decoded (not taken from the prompt cache).",
+           prompt - cached);
+  w.single("llamacpp:prompt_tokens_cached_total", "counter", "Prompt tokens taken from the prompt cache.", cached);
+  w.single("llamacpp:prompt_seconds_total", "counter", "Time spent decoding prompts.", prompt_s);
+  w.single("llamacpp:tokens_predicted_total", "counter", "Tokens generated.", predicted);
+  w.single("llamacpp:tokens_predicted_seconds_total", "counter", "Time spent generating.", generate_s);
+  w.single("llamacpp:n_decode_total", "counter", "Decode steps of every model.", sched.decode_steps);
+  w.single("llamacpp:n_tokens_max", "counter", "Most tokens (prompt and generated) one completion held.",
+           stats.most_tokens.load());
+  // reclaim has no speculative decoding yet: nothing drafted, nothing accepted.
+  w.single("llamacpp:spec_decode_num_draft_tokens_total", "counter", "Draft tokens proposed (none: no speculation).", 0);
+  w.single("llamacpp:spec_decode_num_accepted_tokens_total", "counter", "Draft tokens accepted (none: no speculation).", 0);
+  w.single("llamacpp:spec_decode_num_drafts_total", "counter", "Drafts made (none: no speculation).", 0);
+  w.single("llamacpp:prompt_tokens_seconds", "gauge", "Prompt tokens decoded a second, over all completions.",
+           rate(static_cast<double>(prompt - cached), prompt_s));
+  w.single("llamacpp:predicted_tokens_seconds", "gauge", "Tokens generated a second, over all completions.",
+           rate(static_cast<double>(predicted), generate_s));
+  const int64_t in_flight = stats.in_flight.load();
+  w.single("llamacpp:requests_processing", "gauge", "Requests being served (not waiting).",
+           std::max<int64_t>(0, in_flight - sched.waiting));
+  w.single("llamacpp:requests_deferred", "gauge", "Requests waiting for a slot, a load or a swap.", sched.waiting);
+  w.single("llamacpp:n_busy_slots_per_decode", "gauge", "Sequences in a decode step, on average.",
+           sched.decode_steps > 0 ? static_cast<double>(sched.busy_in_steps) / static_cast<double>(sched.decode_steps) : 0.0);
+}
+
 void http_families(Writer& w, const HttpStats& http) {
   w.family("reclaim_http_threads", "gauge", "HTTP threads running, and those busy with a connection.");
   w.sample("reclaim_http_threads", label("state", "all"), http.threads);
@@ -196,6 +229,7 @@ std::string metrics_text(const Registry& registry, const Usage& baseline, const 
   registry_families(w, registry);
   request_families(w, stats);
   scheduler_families(w, registry);
+  llama_server_families(w, stats, registry.scheduler());
   http_families(w, http);
   return w.str();
 }

@@ -97,6 +97,9 @@ def reclaim_config(opts, model):
         lines.append(f"temperature = {float(last(opts, '--temp'))}")
     if "--seed" in opts:
         lines.append(f"seed = {int(last(opts, '--seed'))}")
+    reasoning = last(opts, "--reasoning", "auto")
+    if reasoning != "auto":  # llama-server's default for every request's enable_thinking
+        lines.append(f"chat_template_kwargs = {{ enable_thinking = {'true' if reasoning == 'on' else 'false'} }}")
     if int(last(opts, "--n-predict", "-1")) >= 0:  # -1: unbounded, reclaim's default too
         lines.append(f"max_tokens = {int(last(opts, '--n-predict'))}")
     fd, path = tempfile.mkstemp(prefix="reclaim-", suffix=".toml", dir=os.environ.get("SUITE_WORK"))

@@ -42,6 +42,8 @@ TEST(ServeConfig, AMistakeIsOneLineNamingTheFileTheLineAndTheKey) {
   expect_refused(m + "aliases = [\"../up\"]\n", ":3: models.a.aliases: model name '../up' is not a name");
   expect_refused(m + "[models.a.defaults]\ntemperature = -4\n", ":4: models.a.defaults.temperature:");
   expect_refused(m + "[models.a.defaults]\nmessages = []\n", ":4: models.a.defaults.messages: is the request's own");
+  // A table is an object field, checked as a request's would be.
+  expect_refused(m + "[models.a.defaults]\nresponse_format = { type = 1 }\n", ":4: models.a.defaults.response_format:");
   expect_refused("[models.a]\nctx = 4\n", ":1: models.a: has no 'path'");
   expect_refused("[models.a\npath = 1\n", ":1: ");
   expect_refused("[model.a]\npath = \"x\"\n", ":1: model: is not a section of the file (models)");
@@ -62,6 +64,7 @@ TEST(ServeConfig, EachModelHasItsOwnSettingsAndTheFlagsAreTheDefaults) {
                                         "[models.\"tiny:chat\".defaults]\n"
                                         "max_tokens = 3\n"
                                         "temperature = 0\n"
+                                        "chat_template_kwargs = { enable_thinking = false }\n"
                                         "\n"
                                         "[models.brief]\n"
                                         "path = \"" + bpe() + "\"\n"

@@ -53,7 +53,13 @@ class Reader {
       for (const toml::node& e : *a) out.push_back(to_json(e, key + "[" + std::to_string(i++) + "]"));
       return out;
     }
-    fail(v, key, "must be a string, a number, true or false, or an array of them");
+    // An object field of a request (chat_template_kwargs, response_format).
+    if (const toml::table* t = v.as_table()) {
+      json out = json::object();
+      for (const auto& [k, e] : *t) out[std::string(k.str())] = to_json(e, key + "." + std::string(k.str()));
+      return out;
+    }
+    fail(v, key, "must be a string, a number, true or false, or an array or table of them");
   }
 
   // A name (or alias) of one model only, across the file.

@@ -86,9 +86,13 @@ def toml_str(s):
 
 def reclaim_config(opts, model):
     """A --config file: one model with llama-server's per-server settings."""
-    alias = last(opts, "--alias") or os.path.basename(model).removesuffix(".gguf")
+    # llama-server's --alias is a comma-separated list: the first is the name.
+    names = [a.strip() for a in (last(opts, "--alias") or "").split(",") if a.strip()]
+    alias = names[0] if names else os.path.basename(model).removesuffix(".gguf")
     parallel = int(last(opts, "--parallel", "1") or 1)
     lines = [f"[models.{toml_str(alias)}]", f"path = {toml_str(model)}", f"parallel = {parallel}"]
+    if len(names) > 1:
+        lines.append("aliases = [" + ", ".join(toml_str(a) for a in names[1:]) + "]")
     if "--ctx-size" in opts:
         # llama-server splits --ctx-size across its slots; reclaim's ctx is each sequence's.
         lines.append(f"ctx = {max(16, int(last(opts, '--ctx-size')) // parallel)}")

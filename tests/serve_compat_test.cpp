@@ -38,6 +38,11 @@ TEST(ServeCompat, AServerOfOneModelNeedsNoNameAndAnswersWithoutTheV1Prefix) {
     const json r = s.post_json("/v1/completions", kPrompt);
     EXPECT_EQ(r["model"], "only");
     EXPECT_EQ(r["usage"]["completion_tokens"], 2);
+    // llama.cpp's build, as llama-server gives it ("b1-80fb11a").
+    EXPECT_EQ(r["system_fingerprint"].get<std::string>().rfind('b', 0), 0u) << r.dump();
+    // Two tokens: the first from the prompt's logits, one decode for the second.
+    EXPECT_GT(r["timings"]["predicted_per_token_ms"].get<double>(), 0) << r.dump();
+    EXPECT_DOUBLE_EQ(r["timings"]["predicted_per_token_ms"].get<double>(), r["timings"]["predicted_ms"].get<double>());
   }
   // llama-server's /completions is its own shape, as /completion.
   for (const char* path : {"/completion", "/completions"}) {

@@ -44,6 +44,9 @@ TEST(ServeConfig, AMistakeIsOneLineNamingTheFileTheLineAndTheKey) {
   expect_refused(m + "[models.a.defaults]\nmessages = []\n", ":4: models.a.defaults.messages: is the request's own");
   // A table is an object field, checked as a request's would be.
   expect_refused(m + "[models.a.defaults]\nresponse_format = { type = 1 }\n", ":4: models.a.defaults.response_format:");
+  // A field only a chat reads is checked as a chat's.
+  expect_refused(m + "[models.a.defaults]\nchat_template_kwargs = { enable_thinking = \"no\" }\n",
+                 ":4: models.a.defaults.chat_template_kwargs:");
   expect_refused("[models.a]\nctx = 4\n", ":1: models.a: has no 'path'");
   expect_refused("[models.a\npath = 1\n", ":1: ");
   expect_refused("[model.a]\npath = \"x\"\n", ":1: model: is not a section of the file (models)");
@@ -104,6 +107,39 @@ TEST(ServeConfig, EachModelHasItsOwnSettingsAndTheFlagsAreTheDefaults) {
 // the start is found by the first request for it.
 // inotify: a file put into the folder or taken out of it is seen as it
 // happens, with no request for it and no SIGHUP.
+// A thinking template's switch as a model's default: each API's request that
+// leaves it out gets it, and one that sets its own wins.
+TEST(ServeConfig, AModelsThinkingDefaultReachesEveryApi) {
+  const std::string model = temp_path("thinking.gguf");
+  const Result made = run("make-test-model --out " + model + " --vocab bpe --embd 64 --layers 1 --type q8_0 --chat-template Qwen-Qwen3-0.6B");
+  ASSERT_EQ(made.status, 0) << made.out << made.err;
+  const std::string path = temp_path("thinking.toml");
+  std::ofstream(path) << "[models.qwen3]\npath = \"" + model + "\"\n"
+                         "[models.qwen3.defaults]\nchat_template_kwargs = { enable_thinking = false }\n";
+  Served s({"--config", path}, false);
+  const json messages = {{{"role", "user"}, {"content", "What is today?"}}};
+  // Qwen3's template closes an empty thought when thinking is off.
+  const std::string off = "<think>\n\n</think>\n\n";
+  auto ends_with = [](const std::string& text, const std::string& end) {
+    return text.size() >= end.size() && text.compare(text.size() - end.size(), end.size(), end) == 0;
+  };
+  const std::string by_default = s.post_json("/apply-template", {{"messages", messages}})["prompt"];
+  EXPECT_TRUE(ends_with(by_default, off)) << by_default;
+  const std::string own = s.post_json("/apply-template", {{"messages", messages},
+                                                          {"chat_template_kwargs", {{"enable_thinking", true}}}})["prompt"];
+  EXPECT_FALSE(ends_with(own, off)) << own;
+  // Ollama's think: left out, the default; given, its own. The closed
+  // thought is in the prompt's count.
+  const json ollama = {{"model", "qwen3"}, {"messages", messages}, {"stream", false}, {"options", {{"num_predict", 1}}}};
+  json thinking = ollama;
+  thinking["think"] = true;
+  const int closed = s.post_json("/api/chat", ollama)["prompt_eval_count"];
+  const int open = s.post_json("/api/chat", thinking)["prompt_eval_count"];
+  EXPECT_GT(closed, open);
+  s.post_json("/v1/models/unload", {{"model", "qwen3"}});
+  s.expect_clean();
+}
+
 TEST(ServeConfig, AFileAddedToOrRemovedFromTheFolderIsSeenAtOnce) {
   const std::string dir = temp_path("watched-folder");
   std::filesystem::remove_all(dir);

@@ -81,6 +81,7 @@ TEST(ServeCors, ThePreflightNeedsNoKeyAndTheRequestStillDoes) {
   auto no_key = s.http().Get("/v1/models", {{"Origin", "https://anywhere.example"}});
   ASSERT_TRUE(no_key);
   EXPECT_EQ(no_key->status, 401);
+  EXPECT_EQ(json::parse(no_key->body)["error"]["type"], "authentication_error") << no_key->body;
   // The page can read why.
   EXPECT_EQ(no_key->get_header_value("Access-Control-Allow-Origin"), "https://anywhere.example");
   auto with_key = s.http().Get("/v1/models", {{"Origin", "https://anywhere.example"}, {"Authorization", "Bearer s3cret"}});

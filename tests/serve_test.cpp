@@ -7,6 +7,7 @@
 #include <httplib.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <functional>
 #include <cstdlib>
 
@@ -357,9 +358,19 @@ TEST(Serve, MetricsAndPsShowTheModelsAndTheRequests) {
                            "reclaim_model_loaded{model=\"bpe\"} 1\n", "reclaim_model_loaded{model=\"spm\"} 0\n",
                            "reclaim_tokens_total{type=\"completion\"} 4\n", "reclaim_model_loads_total{model=\"bpe\"} 1\n",
                            "reclaim_requests_in_flight 0\n", "reclaim_ledger_device_bytes{device=\"host\"} ",
-                           "reclaim_model_device_bytes{model=\"bpe\",device=\"host\"} "}) {
+                           "reclaim_model_device_bytes{model=\"bpe\",device=\"host\"} ",
+                           // llama-server's names, of the same counts.
+                           "llamacpp:tokens_predicted_total 4\n", "llamacpp:requests_processing 0\n",
+                           "llamacpp:spec_decode_num_drafts_total 0\n"}) {
     EXPECT_NE(m->body.find(want), std::string::npos) << want << "\n" << m->body;
   }
+  // The prompt's decoded tokens and the decode steps, as llama-server counts them.
+  EXPECT_EQ(m->body.find("llamacpp:prompt_tokens_total 0\n"), std::string::npos) << m->body;
+  EXPECT_EQ(m->body.find("llamacpp:n_decode_total 0\n"), std::string::npos) << m->body;
+  const auto started = std::stoll(m->get_header_value("Process-Start-Time-Unix"));
+  const auto now = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  EXPECT_LE(started, now);
+  EXPECT_GT(started, now - 3600);
   Result ps = run("ps --url http://127.0.0.1:" + std::to_string(s.port()));
   EXPECT_EQ(ps.status, 0) << ps.out;
   EXPECT_NE(ps.out.find("bpe"), std::string::npos) << ps.out;
@@ -384,6 +395,15 @@ TEST(Serve, MetricsAndPsShowTheModelsAndTheRequests) {
   }
   EXPECT_NE(ps.out.find("loaded"), std::string::npos) << ps.out;
   EXPECT_NE(ps.out.find("model:bpe/batch"), std::string::npos) << ps.out;
+  // A counter: an unloaded model's decodes stay counted.
+  auto decodes = [&s] {
+    const std::string body = s.http().Get("/metrics")->body;
+    const std::string key = "\nllamacpp:n_decode_total ";
+    return std::stoull(body.substr(body.find(key) + key.size()));
+  };
+  const unsigned long long before = decodes();
+  s.post_json("/v1/models/unload", {{"model", "bpe"}});
+  EXPECT_EQ(decodes(), before);
   s.expect_clean();
   ps = run("ps --url http://127.0.0.1:1");
   EXPECT_EQ(ps.status, 2);

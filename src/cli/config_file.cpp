@@ -143,11 +143,17 @@ class Reader {
         fail(v, key, "is the request's own, not a default");
       }
       out[field] = to_json(v, key);
-      json probe = {{"model", "x"}, {"prompt", "x"}, {field, out[field]}};
-      try {
-        (void)server::parse_completion_request(probe.dump(), false);
-      } catch (const server::ApiException& e) {
-        fail(v, key, e.what());
+      // Checked as a completion's field and as a chat's (some fields only a
+      // chat reads, chat_template_kwargs among them); a chat's refusal counts
+      // where it names this field.
+      const json completion = {{"model", "x"}, {"prompt", "x"}, {field, out[field]}};
+      const json chat = {{"model", "x"}, {"messages", {{{"role", "user"}, {"content", "x"}}}}, {field, out[field]}};
+      for (const bool as_chat : {false, true}) {
+        try {
+          (void)server::parse_completion_request((as_chat ? chat : completion).dump(), as_chat);
+        } catch (const server::ApiException& e) {
+          if (!as_chat || e.error().param == field) fail(v, key, e.what());
+        }
       }
     }
     return out;

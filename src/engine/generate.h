@@ -70,13 +70,15 @@ struct Timings {
   int32_t cached_tokens = 0;  // of the prompt's, found in the prompt cache and not decoded
   double prompt_ms = 0;       // decoding the prompt
   double generate_ms = 0;     // from the end of the prompt to the last token
+  int32_t generate_decodes = 0;  // the decodes in generate_ms: one for each token sampled after the first
   double first_token_ms = 0;  // from the start of the request to the first token
   double total_ms = 0;
-  double prompt_per_second() const { return prompt_ms > 0 ? prompt_tokens * 1000.0 / prompt_ms : 0; }
-  // The first token comes from the prompt's last logits, so generate_ms holds
-  // one decode fewer than the tokens generated: the rate is over those.
-  int32_t generate_steps() const { return generated_tokens > 1 ? generated_tokens - 1 : 0; }
-  double generate_per_second() const { return generate_ms > 0 ? generate_steps() * 1000.0 / generate_ms : 0; }
+  // Over what prompt_ms and generate_ms hold: the prompt's tokens that were
+  // decoded (not those the prompt cache gave), and the generation's decodes.
+  double prompt_per_second() const {
+    return prompt_ms > 0 ? (prompt_tokens - cached_tokens) * 1000.0 / prompt_ms : 0;
+  }
+  double generate_per_second() const { return generate_ms > 0 ? generate_decodes * 1000.0 / generate_ms : 0; }
 };
 
 struct GenerateResult {

@@ -152,6 +152,7 @@ void Generation::mask_with_grammar(llama_token_data_array& arr) {
 bool Generation::accept(llama_token t, int32_t pos, int32_t n_ctx, std::string& text) {
   GenerateResult& r = result_;
   if (r.tokens.empty()) r.timings.first_token_ms = ms(start_, Clock::now());
+  ++samples_;
   if (llama_vocab_is_eog(vocab_, t)) {
     r.finish = FinishReason::eos;
     return true;
@@ -179,6 +180,9 @@ bool Generation::accept(llama_token t, int32_t pos, int32_t n_ctx, std::string& 
 std::string Generation::finish() {
   const Clock::time_point now = Clock::now();
   result_.timings.generated_tokens = static_cast<int32_t>(result_.tokens.size());
+  // The first token comes from the prompt's last logits; each one after it
+  // (an end token too) from a decode of the one before.
+  result_.timings.generate_decodes = samples_ > 0 ? samples_ - 1 : 0;
   if (result_.timings.prompt_ms == 0 && prompt_done_ == start_) result_.timings.prompt_ms = ms(start_, now);
   result_.timings.generate_ms = prompt_done_ == start_ ? 0 : ms(prompt_done_, now);
   result_.timings.total_ms = ms(start_, now);

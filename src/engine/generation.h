@@ -76,6 +76,7 @@ class Generation {
   std::vector<llama_token> preserved_;        // sorted
   int32_t n_logprobs_ = -1;
   TokenLogprob sampled_;          // the last sampled token's, until accepted
+  int32_t samples_ = 0;           // tokens sampled, the end token included
   size_t logprobs_taken_ = 0;
   std::vector<int32_t> order_;    // scratch for the top tokens
   void note_logprob(const float* logits, llama_token t);

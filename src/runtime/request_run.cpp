@@ -49,6 +49,7 @@ RunEnd RequestRun::finish(const GenerateResult& r) {
   counts_.prompt_tokens += static_cast<uint64_t>(r.timings.prompt_tokens);
   counts_.cached_prompt_tokens += static_cast<uint64_t>(r.timings.cached_tokens);
   counts_.completion_tokens += static_cast<uint64_t>(r.timings.generated_tokens);
+  counts_.decoded_prompt_tokens += static_cast<uint64_t>(r.timings.prompt_tokens - r.timings.cached_tokens);
   counts_.prompt_us += static_cast<uint64_t>(r.timings.prompt_ms * 1000);
   counts_.generate_us += static_cast<uint64_t>(r.timings.generate_ms * 1000);
   const auto held = static_cast<uint64_t>(r.timings.prompt_tokens + r.timings.generated_tokens);

@@ -32,9 +32,11 @@ struct RequestCounts {
   std::atomic<uint64_t> ok{0}, error{0}, cancelled{0}, client_gone{0};
   std::atomic<uint64_t> prompt_tokens{0}, completion_tokens{0};
   std::atomic<uint64_t> cached_prompt_tokens{0};  // of prompt_tokens, taken from the prompt cache
-  // Time spent decoding prompts and generating, summed over completions, and
-  // the most tokens (prompt and generated) one of them held.
-  std::atomic<uint64_t> prompt_us{0}, generate_us{0}, most_tokens{0};
+  // Of completions only (embeddings have no such timings): the prompt tokens
+  // decoded (one count, so that it never goes down between two reads), the
+  // time that took and the time spent generating, and the most tokens
+  // (prompt and generated) one completion held.
+  std::atomic<uint64_t> decoded_prompt_tokens{0}, prompt_us{0}, generate_us{0}, most_tokens{0};
   std::atomic<int64_t> in_flight{0};               // runs not yet released, waiting ones too
   // Each completion's time to its first token, from its start on its model
   // (the wait for the model is reclaim_queue_wait_seconds), and its rate.

@@ -388,8 +388,9 @@ json Server::openai_body(const httplib::Request& req) const { return with_defaul
 
 namespace {
 
-// As llama-server does: a server of one model, fixed when it started (no
-// folder where more may appear), answers whatever name a client sends, so
+// As llama-server does: a server of one model and no folder where more may
+// appear (a reloaded --config may add some; the count is read each time)
+// answers whatever name a client sends, so
 // clients that send their own default ("gpt-4o-mini") work unchanged. A
 // server of several, or one that may find more, tells a name it does not
 // have apart (404).

@@ -178,18 +178,18 @@ void scheduler_families(Writer& w, const Registry& registry) {
 // llama-server's own families, under its names (its dashboards and tests
 // read them), for the whole server: the same counts as reclaim's above.
 void llama_server_families(Writer& w, const RequestCounts& stats, const SchedulerStats& sched) {
-  const uint64_t prompt = stats.prompt_tokens.load(), cached = std::min(stats.cached_prompt_tokens.load(), prompt);
+  const uint64_t decoded = stats.decoded_prompt_tokens.load(), cached = stats.cached_prompt_tokens.load();
   const double prompt_s = static_cast<double>(stats.prompt_us.load()) / 1e6;
   const double generate_s = static_cast<double>(stats.generate_us.load()) / 1e6;
   const uint64_t predicted = stats.completion_tokens.load();
   const auto rate = [](double n, double s) { return s > 0 ? n / s : 0.0; };
   w.single("llamacpp:prompt_tokens_total", "counter", "Prompt tokens decoded (not taken from the prompt cache).",
-           prompt - cached);
+           decoded);
   w.single("llamacpp:prompt_tokens_cached_total", "counter", "Prompt tokens taken from the prompt cache.", cached);
   w.single("llamacpp:prompt_seconds_total", "counter", "Time spent decoding prompts.", prompt_s);
   w.single("llamacpp:tokens_predicted_total", "counter", "Tokens generated.", predicted);
   w.single("llamacpp:tokens_predicted_seconds_total", "counter", "Time spent generating.", generate_s);
-  w.single("llamacpp:n_decode_total", "counter", "Decode steps of every model.", sched.decode_steps);
+  w.single("llamacpp:n_decode_total", "counter", "Decode steps of every model's completions.", sched.decode_steps);
   w.single("llamacpp:n_tokens_max", "counter", "Most tokens (prompt and generated) one completion held.",
            stats.most_tokens.load());
   // reclaim has no speculative decoding yet: nothing drafted, nothing accepted.
@@ -197,7 +197,7 @@ void llama_server_families(Writer& w, const RequestCounts& stats, const Schedule
   w.single("llamacpp:spec_decode_num_accepted_tokens_total", "counter", "Draft tokens accepted (none: no speculation).", 0);
   w.single("llamacpp:spec_decode_num_drafts_total", "counter", "Drafts made (none: no speculation).", 0);
   w.single("llamacpp:prompt_tokens_seconds", "gauge", "Prompt tokens decoded a second, over all completions.",
-           rate(static_cast<double>(prompt - cached), prompt_s));
+           rate(static_cast<double>(decoded), prompt_s));
   w.single("llamacpp:predicted_tokens_seconds", "gauge", "Tokens generated a second, over all completions.",
            rate(static_cast<double>(predicted), generate_s));
   const int64_t in_flight = stats.in_flight.load();

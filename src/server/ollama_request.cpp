@@ -180,7 +180,7 @@ CompletionRequest ollama_completion_request(const OllamaRequest& o, const json& 
   // OpenAI gives a plain completion 16 tokens by default; Ollama, no limit.
   if (!o.predict_given && !has_field(defaults, "max_tokens")) r.generate.max_tokens = -1;
   for (const std::string& s : o.stops) r.generate.stop.push_back(s);
-  r.chat_input.think = o.think;
+  if (o.think) r.chat_input.think = o.think;  // else the model's default, if it has one
   return r;
 }
 

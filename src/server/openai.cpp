@@ -401,7 +401,7 @@ json timings_json(const GenerateResult& r) {
           {"prompt_per_second", r.timings.prompt_per_second()},
           {"predicted_n", r.timings.generated_tokens},
           {"predicted_ms", r.timings.generate_ms},
-          {"predicted_per_token_ms", per_token(r.timings.generate_ms, r.timings.generate_steps())},
+          {"predicted_per_token_ms", per_token(r.timings.generate_ms, r.timings.generate_decodes)},
           {"predicted_per_second", r.timings.generate_per_second()},
           {"first_token_ms", r.timings.first_token_ms}};
 }

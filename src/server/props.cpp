@@ -79,7 +79,9 @@ void Server::props(const httplib::Request& req, httplib::Response& res) {
 
 void Server::slots(const httplib::Request& req, httplib::Response& res) {
   const std::string named = model_of_query(req);
-  if (!named.empty()) settings_of(named);  // a file added to --models-dir since is found; an unknown name is a 404
+  // A file added to --models-dir since is found; an unknown name is a 404
+  // (but on a server of one model and no folder, which answers any name).
+  if (!named.empty()) settings_of(named);
   const std::vector<std::string> names = named.empty() ? registry_.names() : std::vector<std::string>{named};
   json list = json::array();
   for (const std::string& name : names) {

@@ -43,9 +43,11 @@ inline std::vector<std::string> held_beyond_standing(const json& ledger) {
 
 // The server's figures read from outside it, in /proc/PID.
 struct Outside {
-  int64_t anon = 0, threads = 0, fds = 0;
+  int64_t anon = 0, threads = 0, fds = 0, maps = 0;
   static Outside of(pid_t pid) {
     Outside o;
+    std::ifstream maps("/proc/" + std::to_string(pid) + "/maps");
+    for (std::string line; std::getline(maps, line);) ++o.maps;
     std::ifstream status("/proc/" + std::to_string(pid) + "/status");
     for (std::string line; std::getline(status, line);) {
       if (line.rfind("RssAnon:", 0) == 0) o.anon = std::stoll(line.substr(8)) * 1024;

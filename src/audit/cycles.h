@@ -21,8 +21,12 @@ namespace reclaim::audit {
 // its prompt is being decoded.
 // The serve-* ones are `reclaim serve`'s path (Registry, Batcher; audit/
 // serve_plan.h says what each asks for).
+// device-idle: load, prompt and free on the accelerator, then its runtime
+// state is released (engine/device_life.h); measured against the process
+// before the device's first use, with no warm-up. Not in "all": it needs an
+// accelerator.
 enum class Scenario {
-  load_free, load_prompt_free, load_abort, generate, cancel,
+  load_free, load_prompt_free, load_abort, generate, cancel, device_idle,
   serve, serve_cancel, serve_vanish, serve_swap, serve_drain, serve_unload_cancel, serve_chat, serve_embed
 };
 const char* scenario_name(Scenario s);
@@ -32,6 +36,7 @@ inline constexpr Scenario kAllScenarios[] = {
     Scenario::cancel,       Scenario::serve,            Scenario::serve_cancel, Scenario::serve_vanish,
     Scenario::serve_swap,   Scenario::serve_drain,      Scenario::serve_unload_cancel, Scenario::serve_chat,
     Scenario::serve_embed};
+inline constexpr Scenario kDeviceScenarios[] = {Scenario::device_idle};
 bool has_requests(Scenario s);
 bool is_serve(Scenario s);  // through the Registry and the Batcher
 

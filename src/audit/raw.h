@@ -21,10 +21,6 @@ inline void start_raw_side(SideResult& out) {
   out.side = "raw";
   out.start_before = Usage::capture();
   llama_log_set(quiet_log, nullptr);
-#ifdef RECLAIM_GGML_BACKEND_DL
-  // As a plain program on these libraries starts: its backends from their folder.
-  ggml_backend_load_all_from_path(backend_dir().c_str());
-#endif
   llama_backend_init();
   out.warmed = "llama_backend_init";
 }

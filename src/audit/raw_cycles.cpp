@@ -10,6 +10,7 @@
 #include "audit/cycles.h"
 #include "audit/raw.h"
 #include "core/error.h"
+#include "engine/devices.h"
 
 namespace reclaim::audit {
 
@@ -114,7 +115,11 @@ SideResult run_raw_cycles(const CycleOptions& o) {
   Recorder rec(out);
   rec.reserve(o.cycles, has_requests(o.scenario) ? o.requests : 0);
   const int threads = raw_threads(o);
-  if (warm_device_first(out)) {
+  // device-idle: a plain program has no release; measured from before the
+  // device's first use, what the device keeps shows in its residue.
+  if (o.scenario == Scenario::device_idle) {
+    out.devices = accelerator_names();
+  } else if (warm_device_first(out)) {
     llama_model* model = llama_model_load_from_file(o.model.c_str(), raw_model_params(o));
     if (!model) throw Error("raw side: cannot load '" + o.model + "'");
     raw_request(model, o, threads, nullptr, 0, nullptr);
@@ -137,7 +142,7 @@ SideResult run_raw_cycles(const CycleOptions& o) {
       if (!model) throw Error("raw side: cannot load '" + o.model + "'");
       rec.loaded();
     }
-    if (model && o.scenario == Scenario::load_prompt_free) raw_request(model, o, threads, nullptr, 0, &rec);
+    if (model && (o.scenario == Scenario::load_prompt_free || o.scenario == Scenario::device_idle)) raw_request(model, o, threads, nullptr, 0, &rec);
     for (int i = 0; model && has_requests(o.scenario) && i < o.requests; ++i) {
       if (o.scenario == Scenario::generate) {
         raw_request(model, o, threads, nullptr, 0, nullptr);

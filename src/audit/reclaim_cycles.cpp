@@ -8,6 +8,8 @@
 #include "audit/reclaim_side.h"
 #include "core/error.h"
 #include "core/ledger.h"
+#include "engine/device_life.h"
+#include "engine/devices.h"
 #include "engine/generate.h"
 #include "engine/model.h"
 #include "engine/llama_runtime.h"
@@ -58,6 +60,14 @@ double cancelled_request(Model& model, const CycleOptions& o, const CancelPlan& 
   return cancelled && r.tokens.empty() ? prompt_ms : r.timings.prompt_ms;
 }
 
+void release_devices_or_throw() {
+  release_idle_devices(std::chrono::milliseconds(0));
+  if (device_life().state != DeviceState::released) {
+    throw Error("device-idle: the device's state was not released (" + std::string(device_state_name(device_life().state)) +
+                "; a backend without ggml_backend_release?)");
+  }
+}
+
 }  // namespace
 
 SideResult run_reclaim_cycles(const CycleOptions& o) {
@@ -72,7 +82,15 @@ SideResult run_reclaim_cycles(const CycleOptions& o) {
   load.n_threads = o.n_threads;
   load.n_gpu_layers = o.gpu_layers;
   load.progress = [](float) { return true; };
-  if (warm_device_first(out)) {
+  const bool device_idle = o.scenario == Scenario::device_idle;
+  if (device_idle) {
+    // No warm-up: what the device's first use takes is what the release
+    // has to give back. The device starts released, as a server's does
+    // when nothing uses it.
+    out.devices = accelerator_names();
+    if (out.devices.empty()) throw Error("device-idle needs an accelerator, and there is none here");
+    release_devices_or_throw();
+  } else if (warm_device_first(out)) {
     Model model(load);
     Session session(model, session_options(o));
     generate(session, greedy_request(o, model.vocab()));
@@ -89,7 +107,7 @@ SideResult run_reclaim_cycles(const CycleOptions& o) {
       Model model(load);
       rec.loaded();
       if (o.scenario == Scenario::load_abort) throw Error("load-abort: the load was not aborted");
-      if (o.scenario == Scenario::load_prompt_free) one_request(model, o, rec, true);
+      if (o.scenario == Scenario::load_prompt_free || device_idle) one_request(model, o, rec, true);
       for (int i = 0; has_requests(o.scenario) && i < o.requests; ++i) {
         if (o.scenario == Scenario::generate) {
           one_request(model, o, rec, false);
@@ -101,6 +119,7 @@ SideResult run_reclaim_cycles(const CycleOptions& o) {
       }
       model.unload();
       for (const std::string& e : model.scope().errors()) out.errors.push_back(e);
+      if (device_idle) release_devices_or_throw();
     } catch (const LoadAborted&) {
       if (o.scenario != Scenario::load_abort) throw;
       rec.sample("aborted");

@@ -40,6 +40,7 @@ const char* scenario_name(Scenario s) {
     case Scenario::load_abort: return "load-abort";
     case Scenario::generate: return "generate";
     case Scenario::cancel: return "cancel";
+    case Scenario::device_idle: return "device-idle";
     case Scenario::serve: return "serve";
     case Scenario::serve_cancel: return "serve-cancel";
     case Scenario::serve_vanish: return "serve-vanish";
@@ -56,8 +57,12 @@ Scenario scenario_from_name(const std::string& name) {
   for (Scenario s : kAllScenarios) {
     if (name == scenario_name(s)) return s;
   }
+  for (Scenario s : kDeviceScenarios) {
+    if (name == scenario_name(s)) return s;
+  }
   std::string names;
   for (Scenario s : kAllScenarios) names += std::string(scenario_name(s)) + ", ";
+  for (Scenario s : kDeviceScenarios) names += std::string(scenario_name(s)) + ", ";
   throw Error("unknown scenario '" + name + "' (use " + names + "or all)");
 }
 

@@ -118,13 +118,17 @@ std::string render_table(const AuditReport& report) {
     const SideResult& r = sr.reclaim;
     out << "scenario " << scenario_name(sr.scenario) << " · " << o.model << " · load mode " << o.load_mode << " · "
         << r.cycles.size() << " cycles\n";
-    const bool on_device = !r.devices.empty();
-    const Usage start_up = (on_device ? r.device_warm_before : r.baseline) - r.start_before;
+    // device-idle runs no warm-up: its baseline is the device released.
+    const bool warmed_device = !r.devices.empty() && sr.scenario != Scenario::device_idle;
+    const Usage start_up = (warmed_device ? r.device_warm_before : r.baseline) - r.start_before;
     out << "start-up warmed before the baseline: " << r.warmed << ": " << usage_line(start_up) << "\n";
-    if (on_device) {
+    if (warmed_device) {
       out << "device warm-up before the baseline (one cycle on " << r.devices
           << "; the shader pipelines it compiled and the driver's state stay until the process exits): "
           << usage_line(r.baseline - r.device_warm_before) << "\n";
+    } else if (!r.devices.empty()) {
+      out << "no device warm-up: the baseline is " << r.devices
+          << " released after start-up, and each cycle releases it again after its unload\n";
     }
     figures_table(out, sr);
     requests_table(out, sr);

@@ -29,6 +29,7 @@ constexpr Millis kUnloadTimeout = std::chrono::minutes(2);
 RegistryOptions serve_options(const CycleOptions& o, std::shared_ptr<Vetter> vetter) {
   RegistryOptions r;
   r.keep_alive = Millis(-1);  // each cycle unloads, as its plan says
+  r.device_idle = Millis(-1);  // the device stays up, warmed: device-idle is a scenario of its own
   r.load_mode = load_mode_from_name(o.load_mode);
   r.n_threads = o.n_threads;
   r.n_gpu_layers = o.gpu_layers;

@@ -39,6 +39,7 @@ Command add_audit(CLI::App& app) {
   sub->add_option("--scenario", a->scenario,
                   "load-free, load-prompt-free, load-abort, generate, cancel (reclaim run's path), serve, "
                   "serve-cancel, serve-vanish, serve-swap, serve-drain, serve-unload-cancel, serve-chat, serve-embed (reclaim serve's), "
+                  "device-idle (an accelerator's state released after each cycle; not in all), "
                   "a comma-separated list, or all")
       ->capture_default_str();
   sub->add_option("--requests", a->requests, "requests a cycle in generate, cancel, serve, serve-cancel, serve-vanish and serve-swap")->capture_default_str()

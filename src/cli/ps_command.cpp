@@ -137,6 +137,20 @@ std::string tables(const nlohmann::json& j) {
       static_cast<long long>(res.value("fds", int64_t{0})), static_cast<long long>(res.value("maps", int64_t{0})),
       bytes(res["locked"]).c_str(), bytes(res["device_used"]).c_str());
   add(out, "memory budget %s, accounted %s\n", bytes(j["memory_budget"]).c_str(), bytes(j["accounted"]).c_str());
+  const auto& d = j.value("devices", nlohmann::json::object());
+  if (d.value("state", "none") != "none") {
+    std::string when;
+    if (d["state"] == "idle" && d["release_after_s"].is_number()) {
+      char buf[64];
+      std::snprintf(buf, sizeof buf, ", released after %.0f s idle (idle %.0f s)", d["release_after_s"].get<double>(),
+                    d.value("idle_s", 0.0));
+      when = buf;
+    }
+    add(out, "device %s: %s%s; runtime state %s; released %llu times, brought up again %llu\n",
+        d.value("names", "").c_str(), d.value("state", "").c_str(), when.c_str(), bytes(d["state_bytes"]).c_str(),
+        static_cast<unsigned long long>(d.value("releases", uint64_t{0})),
+        static_cast<unsigned long long>(d.value("bring_ups", uint64_t{0})));
+  }
   return out;
 }
 

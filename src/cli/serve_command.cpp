@@ -50,7 +50,8 @@ struct Args {
   std::vector<std::string> models, pins, preload, cors_origins;
   std::string config;
   std::vector<std::string> api_keys;
-  std::string models_dir, host = "127.0.0.1", api_key_file, ssl_cert_file, ssl_key_file, memory_budget = "0", keep_alive = "5m";
+  std::string models_dir, host = "127.0.0.1", api_key_file, ssl_cert_file, ssl_key_file, memory_budget = "0", keep_alive = "5m",
+              device_idle = "1m";
   std::string cache_ram = "2GiB";
   std::string unload_timeout = "30s", shutdown_timeout = "30s", chat_template, load_mode = "mmap", vet_timeout = "10m";
   std::string default_model;
@@ -322,6 +323,7 @@ RegistryOptions registry_options(const Args& a) {
   }
   opts.max_loaded = a.max_loaded;
   opts.keep_alive = duration(a.keep_alive, "keep-alive");
+  opts.device_idle = a.device_idle == "never" ? Millis(-1) : duration(a.device_idle, "device-idle");
   opts.autoload = !a.no_autoload;
   opts.load_mode = load_mode_from_name(a.load_mode);
   opts.n_threads = a.threads;
@@ -396,13 +398,13 @@ server::ServerOptions server_options(const Args& a) {
 // gone, said on stderr; 1 if anything but an accelerator's runtime state.
 int report_ledger_at_exit() {
   // The HTTP threads, the reaper and the vetter are on the ledger while
-  // they live. An accelerator's runtime state goes only with the process:
-  // said apart.
+  // they live. An accelerator's runtime state still up (not idle long enough
+  // to be released) goes with the runtime, after this: said apart.
   LedgerTotals left;
   std::vector<LedgerEntry> leftover;
   for (LedgerEntry& e : Ledger::process().entries()) {
     if (e.kind == Kind::device_state) {
-      std::fprintf(stderr, "reclaim: device runtime state, freed at exit: %s (%s)\n",
+      std::fprintf(stderr, "reclaim: device runtime state, up at exit and released with the runtime: %s (%s)\n",
                    format_bytes(static_cast<int64_t>(e.all_bytes())).c_str(), e.label.c_str());
       continue;
     }
@@ -462,6 +464,10 @@ Command add_serve(CLI::App& app) {
   sub->add_option("--host", a->host)->capture_default_str();
   sub->add_option("--port", a->port, "port (0: any free one, printed)")->capture_default_str()->check(CLI::Range(0, 65535));
   sub->add_option("--keep-alive", a->keep_alive, "unload a model this long after its last request (0: at once, -1: never)")
+      ->capture_default_str();
+  sub->add_option("--device-idle", a->device_idle,
+                  "give the accelerator's runtime state back (its driver context, pipelines, threads) once no "
+                  "model has used it this long (0: at once; never, -1: keep it)")
       ->capture_default_str();
   sub->add_option("--memory-budget", a->memory_budget,
                   "memory for all loaded models: 8GiB in all, or one budget a place, host=16GiB,vulkan0=2GiB "

@@ -22,7 +22,7 @@ std::string scope_name(const ModelLoad& load) {
 
 std::string next_request_name() { return "request:" + std::to_string(g_next_request.fetch_add(1)); }
 
-Model::Model(const ModelLoad& load, Scope* parent) : mode_(load.mode) {
+Model::Model(const ModelLoad& load, Scope* parent) : device_(hold_devices()), mode_(load.mode) {
   const ScopeOptions opts{.release_heap_on_close = true};
   scope_ = parent ? std::make_unique<Scope>(*parent, scope_name(load), opts)
                   : std::make_unique<Scope>(scope_name(load), opts);
@@ -64,6 +64,7 @@ void Model::unload() noexcept {
   scope_->close();
   model_ = {};
   pool_ = {};
+  device_.reset();
 }
 
 }  // namespace reclaim

@@ -17,6 +17,7 @@
 #include <llama.h>
 
 #include "core/scope.h"
+#include "engine/device_life.h"
 #include "engine/model_info.h"
 #include "engine/owners.h"
 
@@ -66,6 +67,7 @@ class Model {
   bool loaded() const { return static_cast<bool>(model_); }
 
  private:
+  DeviceHold device_;  // first in, last out: the device stays up while anything of the model lives
   std::unique_ptr<Scope> scope_;
   ScopedRef<llama_model> model_;
   ScopedRef<ggml_threadpool> pool_;

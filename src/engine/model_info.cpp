@@ -10,6 +10,7 @@
 #include "core/heap.h"
 #include "core/size.h"
 #include "core/usage.h"
+#include "engine/device_life.h"
 #include "engine/devices.h"
 #include "engine/placement.h"
 #include "engine/llama_runtime.h"
@@ -65,6 +66,7 @@ ModelInfo model_info(const llama_model* model, const std::string& path) {
 MemoryEstimate estimate_memory(const ModelLoad& load, const llama_context_params& params, ModelInfo* info,
                                const std::function<void(const MemoryEstimate&)>& made) {
   check_model_file(load.path);
+  const DeviceHold device = hold_devices();
   // The simulated load reads the whole vocab (tens of MiB for 151,936
   // tokens), in an arena that goes with the model; what else it freed goes
   // back to the OS too, after the frees below.
@@ -122,6 +124,7 @@ void check_memory_fits(const MemoryEstimate& e, const std::string& what) {
                 " is available");
   }
   if (e.device() > 0) {
+    const DeviceHold device = hold_devices();
     int64_t free_total = 0;
     for (ggml_backend_dev_t dev : accelerator_devices()) {
       size_t free = 0, total = 0;

@@ -9,12 +9,13 @@
 #include <cstring>
 #include <memory>
 
+#include <ggml-cpu.h>
+
 #include "core/arena.h"
 #include "core/heap.h"
 #include "core/locked.h"
 #include "core/usage.h"
 #include "engine/llama_runtime.h"
-#include "engine/threadpool_api.h"
 
 namespace reclaim {
 
@@ -144,12 +145,11 @@ ScopedRef<llama_model> load_model(Scope& scope, const ModelLoad& load, uint64_t*
 
 ScopedRef<ggml_threadpool> new_threadpool(Scope& scope, int32_t n_threads, uint32_t poll) {
   Scope::Slot slot = scope.reserve(Kind::thread, "threadpool n=" + std::to_string(n_threads));
-  const ThreadpoolApi& api = threadpool_api();
   ggml_threadpool_params tpp = ggml_threadpool_params_default(n_threads);
   tpp.poll = poll;
-  ggml_threadpool* pool = api.create(&tpp);
+  ggml_threadpool* pool = ggml_threadpool_new(&tpp);
   if (!pool) throw Error("cannot start a pool of " + std::to_string(n_threads) + " threads");
-  CleanupId id = slot.arm(0, [pool, destroy = api.destroy] { destroy(pool); });
+  CleanupId id = slot.arm(0, [pool] { ggml_threadpool_free(pool); });
   return {pool, &scope, id};
 }
 

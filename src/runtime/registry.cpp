@@ -9,6 +9,7 @@
 #include "core/ledger.h"
 #include "core/size.h"
 #include "engine/batcher.h"
+#include "engine/device_life.h"
 #include "engine/llama_runtime.h"
 #include "engine/model_info.h"
 #include "runtime/model_entry.h"
@@ -24,7 +25,7 @@ double ms_since(Steady::time_point t) { return std::chrono::duration<double, std
 Registry::Registry(RegistryOptions options, std::vector<ModelSpec> models)
     : options_(std::move(options)), scope_("registry"), catalogue_(options_, std::move(models)) {
   reaper_.start(scope_, "keep-alive reaper", [this] { reaper(); }, [this] { wake_reaper(); });
-  note_runtime_idle();  // nothing is loaded yet: the reference
+  note_devices_idle();  // nothing is loaded yet: the reference
 }
 
 Registry::~Registry() {
@@ -278,11 +279,16 @@ void Registry::finish_unload_locked(std::unique_lock<std::mutex>& lock, Entry& e
   e.last_unload_ms = ms;
   unloads_.observe(ms / 1000);
   // The last model gone: what the heap still holds beyond the start is the
-  // accelerator's (its pipelines), for the ledger's device-state entry.
+  // accelerator's (its pipelines), for the ledger's device-state entry, and
+  // the device's idle time starts.
   const bool none_loaded = std::all_of(catalogue_.entries().begin(), catalogue_.entries().end(), [](const Entry& o) {
     return !holds_room(o.life);
   });
-  if (none_loaded) note_runtime_idle();
+  if (none_loaded) {
+    note_devices_idle();
+    ++devices_idle_events_;
+    reaper_cv_.notify_all();
+  }
   set_cache_ram_locked();
   cv_.notify_all();
 }
@@ -327,6 +333,14 @@ void Registry::reaper() {
       catalogue_.sweep(line_);
       continue;
     }
+    // Outside the lock: a release takes a driver's time, and a load that
+    // holds the device meanwhile brings it back.
+    const uint64_t idle_events = devices_idle_events_;
+    lock.unlock();
+    next = std::min(next, release_idle_devices(options_.device_idle));
+    lock.lock();
+    if (stopping_) break;
+    if (idle_events != devices_idle_events_) continue;  // the device went idle meanwhile: ask again
     if (next == Steady::time_point::max()) {
       reaper_cv_.wait(lock);
     } else {

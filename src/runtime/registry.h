@@ -207,6 +207,7 @@ class Registry {
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;  // any state or lease change
   std::condition_variable reaper_cv_;
+  uint64_t devices_idle_events_ = 0;  // each time the last loaded model goes
   Catalogue catalogue_;  // after options_, which it reads
   Line line_;
   SchedulerStats sched_;

@@ -34,6 +34,9 @@ struct RegistryOptions {
   Places memory_budget_at;    // bytes for each place named ("host", "vulkan0"): room.h
   int max_loaded = 0;         // 0: no limit
   Millis keep_alive = std::chrono::minutes(5);  // < 0: never unload; 0: right after the last request
+  // How long the accelerators stay up once no model holds them; then their
+  // runtime state is given back (engine/device_life.h). < 0: never.
+  Millis device_idle = std::chrono::minutes(1);
   bool autoload = true;       // a request for an unloaded model loads it
   LoadMode load_mode = LoadMode::mmap;
   int32_t n_gpu_layers = -1;

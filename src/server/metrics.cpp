@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "core/ledger.h"
+#include "engine/device_life.h"
 #include "server/model_fields.h"
 
 namespace reclaim::server {
@@ -124,6 +125,22 @@ void ledger_families(Writer& w) {
   w.sample("reclaim_release_failures_total", "", ledger.failed_releases());
 }
 
+// The accelerators' runtime state: one sample a state, 1 for the one it is in
+// (absent where there is no accelerator).
+void device_families(Writer& w) {
+  const DeviceLifeStatus d = device_life();
+  if (d.state == DeviceState::absent) return;
+  w.family("reclaim_device_state", "gauge",
+           "The accelerators' runtime state (driver context, pipelines, threads): in_use, idle or released.");
+  for (DeviceState s : {DeviceState::in_use, DeviceState::idle, DeviceState::released}) {
+    w.sample("reclaim_device_state", label("state", std::string(device_state_name(s))), d.state == s ? 1 : 0);
+  }
+  w.family("reclaim_device_releases_total", "counter", "Times the accelerators' runtime state was given back when idle.");
+  w.sample("reclaim_device_releases_total", "", d.releases);
+  w.family("reclaim_device_bring_ups_total", "counter", "Times a released accelerator was brought up again for a model.");
+  w.sample("reclaim_device_bring_ups_total", "", d.bring_ups);
+}
+
 void registry_families(Writer& w, const Registry& registry) {
   const std::vector<ModelStatus> models = registry.list();
   for (const ModelField& f : model_fields()) {
@@ -137,6 +154,7 @@ void registry_families(Writer& w, const Registry& registry) {
   }
   w.family("reclaim_memory_accounted_bytes", "gauge", "What the budget counts now.");
   w.sample("reclaim_memory_accounted_bytes", "", registry.accounted());
+  device_families(w);
 }
 
 void request_families(Writer& w, const RequestCounts& stats) {

@@ -2,6 +2,7 @@
 
 #include "core/heap.h"
 #include "core/ledger.h"
+#include "engine/device_life.h"
 #include "server/model_fields.h"
 
 namespace reclaim::server {
@@ -120,7 +121,25 @@ json resources_json(const Registry& registry, const Baseline& base, int64_t conn
           {"memory_budget", registry.options().memory_budget},
           {"memory_budget_by_device", registry.options().memory_budget_at},
           {"accounted_by_device", registry.accounted_by_place()},
-          {"vetting", vetting_json(registry.options().vetter.get())}};
+          {"vetting", vetting_json(registry.options().vetter.get())},
+          {"devices", devices_json(registry.options().device_idle)}};
+}
+
+json devices_json(Millis device_idle) {
+  const DeviceLifeStatus d = device_life();
+  json j = {{"state", device_state_name(d.state)}};
+  if (d.state == DeviceState::absent) return j;
+  j["names"] = d.names;
+  j["releasable"] = d.releasable;
+  j["release_after_s"] = device_idle.count() < 0 || !d.releasable ? json(nullptr) : json(device_idle.count() / 1000.0);
+  j["holds"] = d.holds;
+  j["idle_s"] = d.idle_s;
+  j["state_bytes"] = d.state_bytes;
+  j["releases"] = d.releases;
+  j["bring_ups"] = d.bring_ups;
+  j["last_release_ms"] = d.last_release_ms;
+  j["last_bring_up_ms"] = d.last_bring_up_ms;
+  return j;
 }
 
 }  // namespace reclaim::server

@@ -29,4 +29,9 @@ nlohmann::json residue_verdict(const nlohmann::json& models, const LedgerTotals&
                                const Usage& residue);
 nlohmann::json usage_figures_json(const Usage& u);
 
+// The accelerators' runtime state (engine/device_life.h): "none" where there
+// is no accelerator, else in_use, idle or released, with its releases and
+// bring-ups and when an idle one will be released.
+nlohmann::json devices_json(Millis device_idle);
+
 }  // namespace reclaim::server

@@ -275,7 +275,18 @@ function drawTotals(r) {
     '<span>anon <b>' + bytes(r.usage.anon + r.usage.swap) + '</b></span>' +
     '<span>device <b>' + bytes(r.usage.device_used) + '</b></span>' +
     '<span>ledger <b>' + bytes(r.ledger.bytes) + '</b> in ' + r.ledger.count + ' entries</span>' +
-    '<span>models <b>' + bytes(r.accounted) + '</b>' + esc(budget) + '</span>';
+    '<span>models <b>' + bytes(r.accounted) + '</b>' + esc(budget) + '</span>' + deviceState(r.devices);
+}
+
+// The accelerator's runtime state: in use, idle (released after a while) or
+// released; nothing where there is no accelerator.
+function deviceState(d) {
+  if (!d || d.state === 'none') return '';
+  const words = { in_use: 'in use', idle: 'idle', released: 'released' };
+  const after = d.state === 'idle' && d.release_after_s !== null ?
+    ' (released after ' + duration(d.release_after_s) + ' idle)' : '';
+  return '<span id="device-state" data-state="' + esc(d.state) + '">' + esc(d.names) + ' <b>' + esc(words[d.state] || d.state) +
+    '</b>' + esc(after) + '</span>';
 }
 
 // --- chart ------------------------------------------------------------------

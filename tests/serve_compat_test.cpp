@@ -234,7 +234,107 @@ TEST(ServeCompat, TheNativeCompletionAnswersInLlamaServersShape) {
   const json open = s.post_json("/completion", with(body, {{"n_predict", -1}}));
   EXPECT_GT(open["tokens_predicted"].get<int>(), 8) << open.dump();
   expect_error(s.post("/completion", with(body, {{"n_predict", "many"}})), 400, "n_predict");
+  // n_probs: each token with its top ones, in llama-server's shape.
+  const json probs = s.post_json("/completion", with(body, {{"n_probs", 5}}));
+  ASSERT_EQ(probs["completion_probabilities"].size(), 8u) << probs.dump();
+  for (size_t i = 0; i < 8; ++i) {
+    const json& t = probs["completion_probabilities"][i];
+    EXPECT_EQ(t["id"], whole["tokens"][i]) << t.dump();  // greedy: the same tokens
+    EXPECT_TRUE(t["token"].is_string() && t["bytes"].is_array());
+    EXPECT_LE(t["logprob"].get<double>(), 0.0);
+    ASSERT_EQ(t["top_logprobs"].size(), 5u);
+    EXPECT_EQ(t["top_logprobs"][0]["id"], t["id"]);  // greedy picks the top one
+    EXPECT_TRUE(t["top_logprobs"][4]["id"].is_number_integer());
+  }
+  auto probs_streamed = s.post("/completion", with(body, {{"n_probs", 5}, {"stream", true}}));
+  ASSERT_TRUE(probs_streamed);
+  size_t entries = 0;
+  for (size_t at = probs_streamed->body.find("data: "); at != std::string::npos; at = probs_streamed->body.find("data: ", at + 6)) {
+    const size_t end = probs_streamed->body.find("\n\n", at);
+    entries += json::parse(probs_streamed->body.substr(at + 6, end - at - 6)).value("completion_probabilities", json::array()).size();
+  }
+  EXPECT_EQ(entries, 8u);
+  expect_error(s.post("/completion", with(body, {{"n_probs", 99}})), 400, "'n_probs' must be an integer from 0 to 20");
   s.post("/v1/models/unload", {{"model", "only"}});
+  s.expect_clean();
+}
+
+// llama-server's /infill, as editors call it (llama.vim, llama.vscode): the
+// prompt is the code around the cursor in the model's fill-in-the-middle
+// tokens. make-test-model --fim adds Qwen2.5-Coder's to the bpe vocabulary,
+// file separators too; the spm one has none, and says so.
+TEST(ServeCompat, InfillPutsTheCodeAroundTheCursorInTheModelsFimTokens) {
+  const std::string coder = temp_path("coder-fim.gguf");
+  const Result made = run("make-test-model --out " + coder + " --vocab bpe --embd 64 --layers 2 --type f32 --fim");
+  ASSERT_EQ(made.status, 0) << made.out;
+  Served s({"-m", coder + ":coder", "-m", spm() + ":plain", "--ctx", "2048", "--batch", "512"}, false);
+  auto count = [&](const std::string& text) {
+    return static_cast<int>(s.post_json("/tokenize", {{"model", "coder"}, {"content", text}})["tokens"].size());
+  };
+  const std::string prefix = "#include <cstdio>\n\nint main() {\n", prompt = "    int n = ", suffix = "}\n";
+  const json body = {{"model", "coder"}, {"input_prefix", prefix}, {"prompt", prompt}, {"input_suffix", suffix},
+                     {"n_predict", 4}, {"temperature", 0}};
+  const json plain = s.post_json("/infill", body);
+  EXPECT_EQ(plain["tokens_predicted"], 4) << plain.dump();
+  EXPECT_TRUE(plain["content"].is_string());
+  // [REP]myproject\n [SEP]filename\n [PRE]prefix prompt [SUF]suffix [MID]
+  const int fixed = 1 + count("myproject\n") + 1 + count("filename\n") + 3;
+  EXPECT_EQ(plain["tokens_evaluated"], fixed + count(prefix) + count(prompt) + count(suffix)) << plain.dump();
+  // Another file for context goes under its name, before the rest.
+  const json extra = s.post_json("/infill", with(body, {{"input_extra", {{{"filename", "llama.h"}, {"text", "int llama_n();\n"}}}}}));
+  EXPECT_EQ(extra["tokens_evaluated"].get<int>() - plain["tokens_evaluated"].get<int>(),
+            1 + count("llama.h\n") + count("int llama_n();\n"))
+      << extra.dump();
+  // A prefix longer than three quarters of a batch (512) keeps its end.
+  std::string long_prefix;
+  for (int i = 0; i < 400; ++i) long_prefix += "x = x + " + std::to_string(i) + ";\n";
+  const json cut = s.post_json("/infill", with(body, {{"input_prefix", long_prefix}}));
+  EXPECT_EQ(cut["tokens_evaluated"], fixed + 3 * (512 / 4) + count(prompt) + count(suffix)) << cut.dump();
+  // Streamed, as editors ask for it.
+  auto streamed = s.post("/infill", with(body, {{"stream", true}}));
+  ASSERT_TRUE(streamed);
+  EXPECT_EQ(streamed->status, 200);
+  EXPECT_NE(streamed->body.find("\"stop\":true"), std::string::npos) << streamed->body;
+
+  expect_error(s.post("/infill", with(body, {{"model", "plain"}})), 400, "fill-in-the-middle");
+  expect_error(s.post("/infill", {{"model", "coder"}, {"input_suffix", suffix}}), 400, "'input_prefix' is required");
+  for (const json& bad : {json::object(), json{{"filename", "ok"}}, json{{"filename", 123}}, json{{"filename", 123}, {"text", "abc"}},
+                          json{{"filename", 123}, {"text", 456}}}) {
+    expect_error(s.post("/infill", with(body, {{"input_extra", json::array({bad})}})), 400, "input_extra");
+  }
+  expect_error(s.post("/infill", with(body, {{"input_extra", "llama.h"}})), 400, "'input_extra' must be an array");
+  for (const char* m : {"coder", "plain"}) s.post("/v1/models/unload", {{"model", m}});
+  s.expect_clean();
+}
+
+// A last assistant message is continued, as llama-server and Ollama read it
+// (a prefill: the reply is its rest); add_generation_prompt false leaves the
+// template's assistant header out; asking for both is a 400.
+TEST(ServeCompat, ALastAssistantMessageIsContinuedAndTheGenerationPromptCanBeLeftOut) {
+  Served s({"-m", bpe() + ":chatml"}, false);  // Qwen2's ChatML template
+  const json user = {{"role", "user"}, {"content", "What is the best book"}};
+  const json prefill = {{"role", "assistant"}, {"content", "Whill"}};
+  auto prompt = [&](const json& body) { return s.post_json("/apply-template", body)["prompt"].get<std::string>(); };
+  const std::string turn = prompt({{"messages", {user}}});
+  EXPECT_TRUE(turn.ends_with("<|im_start|>assistant\n")) << turn;
+  const std::string bare = prompt({{"messages", {user}}, {"add_generation_prompt", false}});
+  EXPECT_FALSE(bare.ends_with("<|im_start|>assistant\n")) << bare;
+  EXPECT_TRUE(turn.starts_with(bare)) << bare;
+  const std::string continued = prompt({{"messages", {user, prefill}}});
+  EXPECT_TRUE(continued.ends_with("<|im_start|>assistant\nWhill")) << continued;
+  EXPECT_EQ(prompt({{"messages", {user, prefill}}, {"continue_final_message", true}, {"add_generation_prompt", false}}), continued);
+  // The reply is the rest of the message, which stays the client's.
+  const json reply = s.post_json("/v1/chat/completions", {{"messages", {user, prefill}}, {"max_tokens", 4}, {"temperature", 0}});
+  EXPECT_EQ(reply["usage"]["completion_tokens"], 4) << reply.dump();
+  expect_error(s.post("/v1/chat/completions", {{"messages", {user, prefill}}, {"continue_final_message", true},
+                                               {"add_generation_prompt", true}, {"max_tokens", 4}}),
+               400, "cannot both be true");
+  expect_error(s.post("/apply-template", {{"messages", {user, prefill, prefill}}}), 400, "two assistant messages");
+  expect_error(s.post("/apply-template", {{"messages", {user}}, {"continue_final_message", true}, {"add_generation_prompt", false}}),
+               400, "not the assistant's");
+  expect_error(s.post("/apply-template", {{"messages", {user}}, {"continue_final_message", "all"}}), 400,
+               "'continue_final_message' must be");
+  s.post("/v1/models/unload", {{"model", "chatml"}});
   s.expect_clean();
 }
 

@@ -164,6 +164,14 @@ TEST(Serve, EveryErrorIsAnOpenAIErrorWithItsStatus) {
   bad.erase("messages");
   expect_error(s.post("/v1/chat/completions", bad), 400, "'messages'");
   expect_error(s.post("/v1/chat/completions", chat(5000)), 400, "context of 256 tokens");
+  {
+    // OpenAI's code, which its clients read, with llama-server's type and figures.
+    const json e = json::parse(s.post("/v1/chat/completions", chat(5000))->body)["error"];
+    EXPECT_EQ(e["code"], "context_length_exceeded") << e.dump();
+    EXPECT_EQ(e["type"], "exceed_context_size_error");
+    EXPECT_GT(e["n_prompt_tokens"].get<int>(), 0);
+    EXPECT_EQ(e["n_ctx"], 256);
+  }
   bad = chat(8);
   bad["model"] = "../../etc/passwd";
   expect_error(s.post("/v1/chat/completions", bad), 400, "not a name");

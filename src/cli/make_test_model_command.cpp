@@ -15,6 +15,7 @@ Command add_make_test_model(CLI::App& app) {
     std::string out, vocab = "bpe", type = "f16", size, chat_template;
     int64_t embd = 0, layers = 0, ff = 0;
     uint64_t seed = 1;
+    bool fim = false;
   };
   auto a = std::make_shared<Args>();
   sub->add_option("--out,-o", a->out, "output file")->required();
@@ -28,8 +29,11 @@ Command add_make_test_model(CLI::App& app) {
   sub->add_option("--chat-template", a->chat_template,
                   "Jinja chat template to write in: a file, or the name of one in llama.cpp's models/templates "
                   "(e.g. Qwen-Qwen2.5-7B-Instruct)");
+  sub->add_flag("--fim", a->fim,
+                "add Qwen2.5-Coder's fill-in-the-middle tokens to the vocabulary (a code model for /infill)");
   return [a] {
     TestModelSpec spec;
+    spec.fim = a->fim;
     spec.vocab = a->vocab;
     spec.type = a->type;
     spec.size = a->size.empty() ? 0 : parse_size(a->size);

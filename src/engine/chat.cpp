@@ -387,6 +387,40 @@ ChatTemplate::~ChatTemplate() = default;
 
 namespace {
 
+common_chat_continuation to_common(Continuation c) {
+  switch (c) {
+    case Continuation::none: return COMMON_CHAT_CONTINUATION_NONE;
+    case Continuation::automatic: return COMMON_CHAT_CONTINUATION_AUTO;
+    case Continuation::reasoning: return COMMON_CHAT_CONTINUATION_REASONING;
+    case Continuation::content: return COMMON_CHAT_CONTINUATION_CONTENT;
+  }
+  return COMMON_CHAT_CONTINUATION_NONE;
+}
+
+// Whether the reply is a new turn or the rest of the last assistant message,
+// as llama-server decides it (its prefill_assistant on, as by default).
+void set_continuation(const ChatRequest& req, common_chat_templates_inputs& in) {
+  in.add_generation_prompt = req.add_generation_prompt.value_or(true);
+  in.continue_final_message = to_common(req.continue_final);
+  const bool assistant_last = in.messages.back().role == "assistant";
+  if (req.continue_final == Continuation::none && assistant_last) {
+    if (in.messages.size() >= 2 && in.messages[in.messages.size() - 2].role == "assistant") {
+      throw ChatError("messages: two assistant messages end the list; only the last one can be continued", "messages");
+    }
+    in.continue_final_message = COMMON_CHAT_CONTINUATION_AUTO;
+    in.add_generation_prompt = false;
+  }
+  if (in.continue_final_message == COMMON_CHAT_CONTINUATION_NONE) return;
+  if (in.add_generation_prompt) {
+    throw ChatError("add_generation_prompt and continue_final_message cannot both be true", "continue_final_message");
+  }
+  if (!assistant_last) throw ChatError("continue_final_message: the last message is not the assistant's", "continue_final_message");
+  if (!in.messages.back().tool_calls.empty()) {
+    throw ChatError("continue_final_message: the last assistant message has tool calls, which cannot be continued",
+                    "continue_final_message");
+  }
+}
+
 // The chat as llama.cpp's common library reads it, its tools dropped where
 // the template cannot offer them.
 common_chat_templates_inputs chat_inputs(const ChatRequest& req, bool builtin, const common_chat_templates* templates) {
@@ -425,6 +459,7 @@ common_chat_templates_inputs chat_inputs(const ChatRequest& req, bool builtin, c
     in.tool_choice = COMMON_CHAT_TOOL_CHOICE_NONE;
   }
   in.parallel_tool_calls = req.parallel_tool_calls.value_or(cap("supports_parallel_tool_calls"));
+  set_continuation(req, in);
   return in;
 }
 

@@ -73,6 +73,11 @@ struct ChatTool {
 
 enum class ToolChoice { automatic, none, required };
 
+// What of a last assistant message the reply continues (llama-server's
+// continue_final_message): nothing (a new turn), whatever it ends in, its
+// reasoning, or its content.
+enum class Continuation { none, automatic, reasoning, content };
+
 struct ChatRequest {
   // OpenAI's messages array as JSON text: string content or an array of text
   // parts, content null with tool_calls, tool messages. Checked by the caller.
@@ -84,6 +89,12 @@ struct ChatRequest {
   // Whether a reasoning model thinks before it answers (Ollama's `think`;
   // the template's enable_thinking); unset: as the template does.
   std::optional<bool> think;
+  // The template's generation prompt after the messages (unset: added).
+  // Where the last message is the assistant's, that message is continued
+  // instead whatever this says (a prefill, as llama-server and Ollama read
+  // it); continue_final says what of it.
+  std::optional<bool> add_generation_prompt;
+  Continuation continue_final = Continuation::none;
 };
 
 struct ToolCall {

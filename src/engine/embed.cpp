@@ -31,7 +31,8 @@ EmbedResult embed(Model& model, const std::vector<std::vector<llama_token>>& inp
   const auto n_train = static_cast<size_t>(model.info().n_ctx_train);
   if (n_train > 0 && longest > n_train) {
     throw ContextOverflow("an input is " + std::to_string(longest) + " tokens, longer than the model's context of " +
-                          std::to_string(n_train));
+                              std::to_string(n_train),
+                          static_cast<int32_t>(longest), static_cast<int32_t>(n_train));
   }
   // The whole of an input in one batch: pooling reads every output of it.
   SessionOptions o;

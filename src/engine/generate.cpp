@@ -52,13 +52,15 @@ std::string token_piece(const llama_vocab* vocab, llama_token token, bool specia
 void check_context_fits(int32_t n_prompt, int32_t max_tokens, int32_t n_ctx) {
   if (n_prompt > n_ctx) {
     throw ContextOverflow("the prompt is " + std::to_string(n_prompt) + " tokens, longer than the context of " +
-                          std::to_string(n_ctx) + " tokens");
+                              std::to_string(n_ctx) + " tokens",
+                          n_prompt, n_ctx);
   }
   const int64_t needed = static_cast<int64_t>(n_prompt) + max_tokens - 1;
   if (max_tokens > 0 && needed > n_ctx) {
     throw ContextOverflow("the prompt (" + std::to_string(n_prompt) + " tokens) plus up to " + std::to_string(max_tokens) +
-                          " generated tokens need " + std::to_string(needed) +
-                          " positions, more than the context of " + std::to_string(n_ctx) + " tokens");
+                              " generated tokens need " + std::to_string(needed) +
+                              " positions, more than the context of " + std::to_string(n_ctx) + " tokens",
+                          n_prompt, n_ctx);
   }
 }
 

@@ -112,10 +112,15 @@ struct GenerateHooks {
 };
 inline constexpr std::chrono::milliseconds kTickInterval{100};
 
-// Prompt plus requested tokens do not fit the context.
+// Prompt plus requested tokens do not fit the context of `n_ctx` positions.
 class ContextOverflow : public Error {
  public:
-  using Error::Error;
+  ContextOverflow(const std::string& what, int32_t n_prompt, int32_t n_ctx) : Error(what), n_prompt_(n_prompt), n_ctx_(n_ctx) {}
+  int32_t n_prompt() const { return n_prompt_; }
+  int32_t n_ctx() const { return n_ctx_; }
+
+ private:
+  int32_t n_prompt_ = 0, n_ctx_ = 0;
 };
 
 // A prompt the model cannot take: empty, or with a token id outside its

@@ -2,6 +2,7 @@
 
 #include <ggml.h>
 #include <gguf.h>
+#include <llama.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -123,6 +124,39 @@ std::string vocab_file(const std::string& vocab) {
   return path;
 }
 
+namespace {
+
+// Qwen2.5-Coder's, the layout llama-server's /infill fills.
+constexpr const char* kFimTokens[] = {"<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>",
+                                      "<|fim_pad|>",    "<|repo_name|>",  "<|file_sep|>"};
+constexpr int64_t kFimCount = sizeof kFimTokens / sizeof kFimTokens[0];
+
+// The vocabulary's tokens and their types with the FIM tokens after them.
+void add_fim_tokens(const gguf_context* vocab, gguf_context* g) {
+  const int64_t tk = gguf_find_key(vocab, "tokenizer.ggml.tokens");
+  const size_t n = gguf_get_arr_n(vocab, tk);
+  std::vector<const char*> strs(n);
+  for (size_t k = 0; k < n; ++k) strs[k] = gguf_get_arr_str(vocab, tk, k);
+  for (const char* t : kFimTokens) strs.push_back(t);
+  gguf_set_arr_str(g, "tokenizer.ggml.tokens", strs.data(), strs.size());
+  const int64_t ty = gguf_find_key(vocab, "tokenizer.ggml.token_type");
+  if (ty >= 0 && gguf_get_arr_type(vocab, ty) == GGUF_TYPE_INT32) {
+    const auto* types = static_cast<const int32_t*>(gguf_get_arr_data(vocab, ty));
+    std::vector<int32_t> all(types, types + gguf_get_arr_n(vocab, ty));
+    all.resize(strs.size(), LLAMA_TOKEN_TYPE_CONTROL);
+    gguf_set_arr_data(g, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, all.data(), all.size());
+  }
+  const int64_t sc = gguf_find_key(vocab, "tokenizer.ggml.scores");
+  if (sc >= 0 && gguf_get_arr_type(vocab, sc) == GGUF_TYPE_FLOAT32) {
+    const auto* scores = static_cast<const float*>(gguf_get_arr_data(vocab, sc));
+    std::vector<float> all(scores, scores + gguf_get_arr_n(vocab, sc));
+    all.resize(strs.size(), 0.0f);
+    gguf_set_arr_data(g, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, all.data(), all.size());
+  }
+}
+
+}  // namespace
+
 TestModelShape test_model_shape(const TestModelSpec& spec) {
   ggml_type type = type_from_name(spec.type);
   TestModelShape s;
@@ -131,7 +165,9 @@ TestModelShape test_model_shape(const TestModelSpec& spec) {
   } else {
     GgufPtr vocab = open_vocab(vocab_file(spec.vocab));
     s.n_vocab = static_cast<int64_t>(gguf_get_arr_n(vocab.get(), gguf_find_key(vocab.get(), "tokenizer.ggml.tokens")));
+    if (spec.fim) s.n_vocab += kFimCount;
   }
+  if (spec.fim && spec.vocab == "none") throw Error("--fim needs a vocabulary (not --vocab none)");
   if (spec.size > 0) {
     // The shape nearest the target size, preferring embeddings near half of
     // it, so that neither the vocab nor the layers are a token part.
@@ -293,6 +329,7 @@ TestModelShape make_test_model(const TestModelSpec& spec, const std::string& out
   // As llama.cpp's tests/test-llama-archs writes it: token ids in and out.
   if (vocab_path.empty()) gguf_set_val_str(g.get(), "tokenizer.ggml.model", "no_vocab");
   copy_tokenizer(vocab.get(), g.get());
+  if (spec.fim) add_fim_tokens(vocab.get(), g.get());
   if (!spec.chat_template.empty()) gguf_set_val_str(g.get(), "tokenizer.chat_template", spec.chat_template.c_str());
 
   // Tensor descriptors only: the data is generated and written one tensor at a time.

@@ -25,6 +25,10 @@ struct TestModelSpec {
   // tokenizer.chat_template: Jinja text in place of the vocab file's (empty:
   // the vocab file's, if it has one).
   std::string chat_template;
+  // Adds Qwen2.5-Coder's fill-in-the-middle tokens (<|fim_prefix|>, ...,
+  // <|file_sep|>, as control tokens) to the vocabulary, which llama.cpp then
+  // finds by their text: a code model for /infill. Not with vocab "none".
+  bool fim = false;
 };
 
 struct TestModelShape {

@@ -179,6 +179,22 @@ void parse_chat_fields(const json& j, CompletionRequest& r) {
       c.think = kw["enable_thinking"].get<bool>();
     }
   }
+  // llama-server's: a new turn or the rest of the last assistant message.
+  if (has_field(j, "add_generation_prompt")) {
+    c.add_generation_prompt = get_field<bool>(j, "add_generation_prompt", "true or false");
+  }
+  if (has_field(j, "continue_final_message")) {
+    const json& v = j["continue_final_message"];
+    if (v.is_boolean()) {
+      c.continue_final = v.get<bool>() ? Continuation::automatic : Continuation::none;
+    } else if (v == "content") {
+      c.continue_final = Continuation::content;
+    } else if (v == "reasoning_content") {
+      c.continue_final = Continuation::reasoning;
+    } else {
+      bad_field("continue_final_message", "'continue_final_message' must be true, false, \"content\" or \"reasoning_content\"");
+    }
+  }
 }
 
 void parse_output_format(const json& j, CompletionRequest& r) {

@@ -155,6 +155,17 @@ void prepare(Running& run) {
   }
   if (run.chat) {
     render_chat(run, model);
+  } else if (run.req.infill) {
+    std::string missing;
+    if (!has_fim_tokens(model.vocab(), &missing)) {
+      bad_request("model '" + run.req.model + "' has no fill-in-the-middle tokens (its vocabulary lacks the " + missing +
+                      " token): /infill needs a code model that has them",
+                  "infill_not_supported");
+    }
+    const std::vector<llama_token> middle =
+        g.prompt_tokens.empty() ? tokenize(model.vocab(), run.req.prompt, false, false) : g.prompt_tokens;
+    const Batcher& batch = *model.batcher();
+    g.prompt_tokens = infill_prompt(model.vocab(), *run.req.infill, middle, batch.n_batch(), g.max_tokens, batch.n_ctx_seq());
   } else {
     g.prompt = run.req.prompt;
   }
@@ -185,6 +196,12 @@ bool stopped_by_unload(const std::exception& ex) {
   return api && api->error().code == "cancelled";
 }
 
+// The tokens' log-probabilities in the shape the request's API has.
+json logprobs_json(const Running& run, const llama_vocab* vocab, const std::vector<TokenLogprob>& entries, size_t offset) {
+  if (run.req.native_probs) return native_probs_json(vocab, entries);
+  return run.chat ? chat_logprobs_json(vocab, entries) : completion_logprobs_json(vocab, entries, offset);
+}
+
 // A request not streamed: held, generated, answered whole.
 void answer_whole(httplib::Response& res, Running& run) {
   RequestRun& request = *run.request;
@@ -211,7 +228,7 @@ void answer_whole(httplib::Response& res, Running& run) {
   }
   if (run.req.generate.logprobs >= 0) {
     const llama_vocab* vocab = request.model().vocab();
-    logprobs = run.chat ? chat_logprobs_json(vocab, r.logprobs) : completion_logprobs_json(vocab, r.logprobs);
+    logprobs = logprobs_json(run, vocab, r.logprobs, 0);
   }
   res.set_content(run.answer->whole(r, reply ? &*reply : nullptr, logprobs), "application/json");
 }
@@ -299,7 +316,7 @@ class Stream {
   json take_logprobs() {
     if (run_.req.generate.logprobs < 0) return nullptr;
     const llama_vocab* vocab = request_.model().vocab();
-    json j = run_.chat ? chat_logprobs_json(vocab, pending_) : completion_logprobs_json(vocab, pending_, text_offset_);
+    json j = logprobs_json(run_, vocab, pending_, text_offset_);
     for (const TokenLogprob& e : pending_) text_offset_ += token_piece(vocab, e.token).size();
     pending_.clear();
     return j;
@@ -430,27 +447,73 @@ void Server::completions(const httplib::Request& req, httplib::Response& res) {
   });
 }
 
+namespace {
+
+// llama-server's n_predict, as max_tokens; true when the reply has no bound
+// of its own: n_predict -1, or neither field (llama-server's default
+// generates until the end token or the context's end).
+bool take_n_predict(json& body) {
+  bool unbounded = !has_field(body, "max_tokens");
+  if (has_field(body, "n_predict")) {
+    const int64_t n = get_field<int64_t>(body, "n_predict", "an integer");
+    if (n > (1 << 24)) bad_field("n_predict", "'n_predict' must be at most 16777216 (-1: no limit)");
+    unbounded = n < 0;
+    if (n >= 0 && !has_field(body, "max_tokens")) body["max_tokens"] = n;
+  }
+  return unbounded;
+}
+
+// llama-server's n_probs: the top tokens of each generated one, with their
+// log-probabilities (0: none), as the completions' logprobs count.
+void take_n_probs(json& body) {
+  if (!has_field(body, "n_probs")) return;
+  const std::string range = "an integer from 0 to " + std::to_string(kMaxTopLogprobs);
+  const int64_t n = get_field<int64_t>(body, "n_probs", range.c_str());
+  if (n < 0 || n > kMaxTopLogprobs) bad_field("n_probs", "'n_probs' must be " + range);
+  if (n > 0 && !has_field(body, "logprobs")) body["logprobs"] = n;
+}
+
+}  // namespace
+
 void Server::native_completion(const httplib::Request& req, httplib::Response& res) {
   in_run([&](std::shared_ptr<RequestRun> run) {
     json body = openai_body(req);
-    // llama-server's n_predict: -1 (its default) generates until the end
-    // token or the context's end.
-    bool unbounded = !has_field(body, "max_tokens");
-    if (has_field(body, "n_predict")) {
-      const int64_t n = get_field<int64_t>(body, "n_predict", "an integer");
-      if (n > (1 << 24)) bad_field("n_predict", "'n_predict' must be at most 16777216 (-1: no limit)");
-      unbounded = n < 0;
-      if (n >= 0 && !has_field(body, "max_tokens")) body["max_tokens"] = n;
-    }
+    const bool unbounded = take_n_predict(body);
     const bool return_tokens = has_field(body, "return_tokens") && get_field<bool>(body, "return_tokens", "true or false");
+    take_n_probs(body);
     complete(res,
              {named_model(body),
               [&body, unbounded](const json& defaults) {
                 CompletionRequest r = parse_completion_request(body, false, defaults);
                 if (unbounded && !defaults.contains("max_tokens")) r.generate.max_tokens = -1;
+                r.native_probs = true;
                 return r;
               },
               [return_tokens](const CompletionRequest& r) { return native_answer(r, return_tokens); }},
+             std::move(run));
+  });
+}
+
+// llama-server's /infill: its /completion with the code around the cursor
+// (server/infill.h); the prompt, the middle's start, may be left out.
+void Server::infill(const httplib::Request& req, httplib::Response& res) {
+  in_run([&](std::shared_ptr<RequestRun> run) {
+    json body = openai_body(req);
+    const InfillInput input = parse_infill(body);
+    if (!has_field(body, "prompt")) body["prompt"] = "";
+    if (!body["prompt"].is_string()) bad_field("prompt", "'prompt' must be a string");
+    const bool unbounded = take_n_predict(body);
+    take_n_probs(body);
+    complete(res,
+             {named_model(body),
+              [&body, &input, unbounded](const json& defaults) {
+                CompletionRequest r = parse_completion_request(body, false, defaults);
+                if (unbounded && !defaults.contains("max_tokens")) r.generate.max_tokens = -1;
+                r.native_probs = true;
+                r.infill = input;
+                return r;
+              },
+              [](const CompletionRequest& r) { return native_answer(r, false); }},
              std::move(run));
   });
 }

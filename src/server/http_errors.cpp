@@ -26,7 +26,12 @@ ApiError to_api_error(const std::exception& ex) {
   if (dynamic_cast<const QueueTimeout*>(&ex)) return {503, "server_error", "queue_timeout", m, 5};
   // nginx's word for it; nobody reads it.
   if (dynamic_cast<const ClientGone*>(&ex)) return {499, "invalid_request_error", "client_closed_request", m, 0};
-  if (dynamic_cast<const ContextOverflow*>(&ex)) return {400, "invalid_request_error", "context_length_exceeded", m, 0};
+  if (auto* c = dynamic_cast<const ContextOverflow*>(&ex)) {
+    // OpenAI's code, which its clients read, with llama-server's type and
+    // figures, which its clients read.
+    return {400, "exceed_context_size_error", "context_length_exceeded", m, 0, "",
+            {{"n_prompt_tokens", c->n_prompt()}, {"n_ctx", c->n_ctx()}}};
+  }
   if (dynamic_cast<const LoadAborted*>(&ex)) return {503, "server_error", "load_aborted", m, 5};
   if (dynamic_cast<const InvalidModelFile*>(&ex)) return {422, "invalid_request_error", "invalid_model_file", m, 0};
   if (dynamic_cast<const NoTokenizer*>(&ex)) return {400, "invalid_request_error", "model_has_no_tokenizer", m, 0};

@@ -31,6 +31,23 @@ json chat_logprobs_json(const llama_vocab* vocab, const std::vector<TokenLogprob
   return {{"content", content}, {"refusal", nullptr}};
 }
 
+json native_probs_json(const llama_vocab* vocab, const std::vector<TokenLogprob>& entries) {
+  json out = json::array();
+  for (const TokenLogprob& e : entries) {
+    json item = token_json(vocab, e.token, e.logprob);
+    item["id"] = e.token;
+    json top = json::array();
+    for (const auto& [t, lp] : e.top) {
+      json one = token_json(vocab, t, lp);
+      one["id"] = t;
+      top.push_back(std::move(one));
+    }
+    item["top_logprobs"] = top;
+    out.push_back(std::move(item));
+  }
+  return out;
+}
+
 json completion_logprobs_json(const llama_vocab* vocab, const std::vector<TokenLogprob>& entries, size_t offset) {
   json tokens = json::array(), token_logprobs = json::array(), top_logprobs = json::array(), text_offset = json::array();
   for (const TokenLogprob& e : entries) {

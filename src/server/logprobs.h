@@ -16,5 +16,8 @@ nlohmann::json chat_logprobs_json(const llama_vocab* vocab, const std::vector<To
 // `offset`: where the first entry's text starts in the reply's text.
 nlohmann::json completion_logprobs_json(const llama_vocab* vocab, const std::vector<TokenLogprob>& entries,
                                         size_t offset = 0);
+// llama-server's completion_probabilities: [{id, token, bytes, logprob,
+// top_logprobs: [{id, token, bytes, logprob}]}].
+nlohmann::json native_probs_json(const llama_vocab* vocab, const std::vector<TokenLogprob>& entries);
 
 }  // namespace reclaim::server

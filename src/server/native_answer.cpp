@@ -37,7 +37,7 @@ class NativeAnswer : public Answer {
 
   std::string text(std::string_view text, const json& logprobs) override {
     json chunk = {{"index", 0}, {"content", std::string(text)}, {"stop", false}, {"id_slot", -1}};
-    if (!logprobs.is_null() && !logprobs.empty()) chunk["logprobs"] = logprobs;
+    if (!logprobs.is_null() && !logprobs.empty()) chunk["completion_probabilities"] = logprobs;
     return sse(chunk);
   }
 
@@ -67,7 +67,7 @@ class NativeAnswer : public Answer {
               {"stop_type", stop_type(r.finish)},
               {"stopping_word", r.stop},
               {"timings", timings_json(r)}};
-    if (!logprobs.is_null() && !logprobs.empty()) j["logprobs"] = logprobs;
+    if (!logprobs.is_null() && !logprobs.empty()) j["completion_probabilities"] = logprobs;
     return j;
   }
 

@@ -24,11 +24,12 @@ void bad_field(const std::string& param, const std::string& message, const std::
 }
 
 json error_json(const ApiError& e) {
-  return {{"error",
-           {{"message", e.message},
-            {"type", e.type},
-            {"param", e.param.empty() ? json(nullptr) : json(e.param)},
-            {"code", e.code.empty() ? json(nullptr) : json(e.code)}}}};
+  json error = {{"message", e.message},
+                {"type", e.type},
+                {"param", e.param.empty() ? json(nullptr) : json(e.param)},
+                {"code", e.code.empty() ? json(nullptr) : json(e.code)}};
+  error.update(e.more);
+  return {{"error", error}};
 }
 
 const char* openai_finish_reason(FinishReason f) {

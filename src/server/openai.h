@@ -12,6 +12,7 @@
 
 #include "engine/chat.h"
 #include "engine/generate.h"
+#include "server/infill.h"
 
 namespace reclaim::server {
 
@@ -23,6 +24,7 @@ struct ApiError {
   std::string message;
   int retry_after = 0;  // seconds, for 429/503
   std::string param;    // the request's field that is wrong, when one is
+  nlohmann::json more = nlohmann::json::object();  // fields of the error object beyond these
 };
 class ApiException : public std::exception {
  public:
@@ -56,6 +58,8 @@ struct CompletionRequest {
   bool stream = false;
   bool include_usage = false;         // stream_options.include_usage
   std::optional<int64_t> keep_alive_ms;  // Ollama's keep_alive ("5m", seconds, -1)
+  std::optional<InfillInput> infill;  // llama-server's /infill: `prompt` is the middle's start
+  bool native_probs = false;  // llama-server's completion_probabilities, not OpenAI's logprobs
 };
 
 // Throws ApiException (400) naming the field that is wrong. `defaults`: the

@@ -74,6 +74,7 @@ const std::vector<Server::Route>& Server::route_table() {
       // server/props.cpp). Its /completions is its own shape, as /completion.
       {"POST", "/completion", send_error, &Server::native_completion},
       {"POST", "/completions", send_error, &Server::native_completion},
+      {"POST", "/infill", send_error, &Server::infill},
       {"POST", "/apply-template", send_error, &Server::apply_template},
       {"POST", "/tokenize", send_error, &Server::tokenize_text},
       {"POST", "/detokenize", send_error, &Server::detokenize_tokens},

@@ -127,6 +127,7 @@ class Server {
   void completions(const httplib::Request& req, httplib::Response& res);
   // llama-server's /completion: its field names read into OpenAI's request.
   void native_completion(const httplib::Request& req, httplib::Response& res);
+  void infill(const httplib::Request& req, httplib::Response& res);
   void chat_completions(const httplib::Request& req, httplib::Response& res);
   void embeddings(const httplib::Request& req, httplib::Response& res);
   void apply_template(const httplib::Request& req, httplib::Response& res);

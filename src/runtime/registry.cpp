@@ -10,7 +10,6 @@
 #include "core/size.h"
 #include "engine/batcher.h"
 #include "engine/device_life.h"
-#include "engine/llama_runtime.h"
 #include "engine/model_info.h"
 #include "runtime/model_entry.h"
 

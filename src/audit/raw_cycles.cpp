@@ -142,7 +142,8 @@ SideResult run_raw_cycles(const CycleOptions& o) {
       if (!model) throw Error("raw side: cannot load '" + o.model + "'");
       rec.loaded();
     }
-    if (model && (o.scenario == Scenario::load_prompt_free || o.scenario == Scenario::device_idle)) raw_request(model, o, threads, nullptr, 0, &rec);
+    const bool one_prompt = o.scenario == Scenario::load_prompt_free || o.scenario == Scenario::device_idle;
+    if (model && one_prompt) raw_request(model, o, threads, nullptr, 0, &rec);
     for (int i = 0; model && has_requests(o.scenario) && i < o.requests; ++i) {
       if (o.scenario == Scenario::generate) {
         raw_request(model, o, threads, nullptr, 0, nullptr);

@@ -62,8 +62,9 @@ double cancelled_request(Model& model, const CycleOptions& o, const CancelPlan& 
 
 void release_devices_or_throw() {
   release_idle_devices(std::chrono::milliseconds(0));
-  if (device_life().state != DeviceState::released) {
-    throw Error("device-idle: the device's state was not released (" + std::string(device_state_name(device_life().state)) +
+  const DeviceState state = device_life().state;
+  if (state != DeviceState::released) {
+    throw Error("device-idle: the device's state was not released (" + std::string(device_state_name(state)) +
                 "; a backend without ggml_backend_release?)");
   }
 }

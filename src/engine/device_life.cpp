@@ -97,7 +97,7 @@ void add_entry_locked(Life& l, int64_t bytes) {
   });
 }
 
-bool release_locked(Life& l) {
+void release_locked(Life& l) {
   const Steady::time_point t0 = Steady::now();
   l.release_refused = false;
   l.scope->release(l.id);
@@ -108,13 +108,12 @@ bool release_locked(Life& l) {
                  accelerator_names().c_str());
     add_entry_locked(l, l.at_start + l.most_beyond);
     l.releasable = false;  // not tried again: it would fail the same way
-    return false;
+    return;
   }
   l.up = false;
   ++l.releases;
   release_free_heap();
   l.last_release_ms = ms_since(t0);
-  return true;
 }
 
 }  // namespace

@@ -475,22 +475,27 @@ void take_n_probs(json& body) {
 
 }  // namespace
 
+// llama-server's native completion (/completion, /infill): its own fields
+// taken into the body, and its reply's shape. `body` outlives the call.
+Server::CompletionCall Server::native_call(json& body, std::optional<InfillInput> infill) {
+  const bool unbounded = take_n_predict(body);
+  const bool return_tokens = has_field(body, "return_tokens") && get_field<bool>(body, "return_tokens", "true or false");
+  take_n_probs(body);
+  return {named_model(body),
+          [&body, unbounded, infill = std::move(infill)](const json& defaults) {
+            CompletionRequest r = parse_completion_request(body, false, defaults);
+            if (unbounded && !defaults.contains("max_tokens")) r.generate.max_tokens = -1;
+            r.native_probs = true;
+            r.infill = infill;
+            return r;
+          },
+          [return_tokens](const CompletionRequest& r) { return native_answer(r, return_tokens); }};
+}
+
 void Server::native_completion(const httplib::Request& req, httplib::Response& res) {
   in_run([&](std::shared_ptr<RequestRun> run) {
     json body = openai_body(req);
-    const bool unbounded = take_n_predict(body);
-    const bool return_tokens = has_field(body, "return_tokens") && get_field<bool>(body, "return_tokens", "true or false");
-    take_n_probs(body);
-    complete(res,
-             {named_model(body),
-              [&body, unbounded](const json& defaults) {
-                CompletionRequest r = parse_completion_request(body, false, defaults);
-                if (unbounded && !defaults.contains("max_tokens")) r.generate.max_tokens = -1;
-                r.native_probs = true;
-                return r;
-              },
-              [return_tokens](const CompletionRequest& r) { return native_answer(r, return_tokens); }},
-             std::move(run));
+    complete(res, native_call(body, std::nullopt), std::move(run));
   });
 }
 
@@ -499,22 +504,10 @@ void Server::native_completion(const httplib::Request& req, httplib::Response& r
 void Server::infill(const httplib::Request& req, httplib::Response& res) {
   in_run([&](std::shared_ptr<RequestRun> run) {
     json body = openai_body(req);
-    const InfillInput input = parse_infill(body);
+    InfillInput input = parse_infill(body);
     if (!has_field(body, "prompt")) body["prompt"] = "";
     if (!body["prompt"].is_string()) bad_field("prompt", "'prompt' must be a string");
-    const bool unbounded = take_n_predict(body);
-    take_n_probs(body);
-    complete(res,
-             {named_model(body),
-              [&body, &input, unbounded](const json& defaults) {
-                CompletionRequest r = parse_completion_request(body, false, defaults);
-                if (unbounded && !defaults.contains("max_tokens")) r.generate.max_tokens = -1;
-                r.native_probs = true;
-                r.infill = input;
-                return r;
-              },
-              [](const CompletionRequest& r) { return native_answer(r, false); }},
-             std::move(run));
+    complete(res, native_call(body, std::move(input)), std::move(run));
   });
 }
 

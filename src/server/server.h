@@ -181,6 +181,9 @@ class Server {
   // A stream ends later and holds `run` until then (server/completion.cpp).
   // Throws what fails before the reply begins.
   void complete(httplib::Response& res, const CompletionCall& call, std::shared_ptr<RequestRun> run);
+  // llama-server's /completion and /infill (`infill` set): n_predict, n_probs
+  // and return_tokens read from `body`, which must outlive the call.
+  static CompletionCall native_call(nlohmann::json& body, std::optional<InfillInput> infill);
   // The answer to POST /v1/embeddings (server/embeddings.cpp).
   void answer_embeddings(RequestRun& run, const httplib::Request& req, httplib::Response& res);
   // The vectors of `input` (checked by check_embed_input) by `model`, on the

@@ -3,11 +3,13 @@
 #include <httplib.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "served.h"
+#include "temp_path.h"
 
 using namespace reclaim::testing;
 using nlohmann::json;
@@ -15,6 +17,11 @@ using nlohmann::json;
 namespace {
 
 std::vector<float> floats_of(const json& e) { return e.get<std::vector<float>>(); }
+
+json with_fields(json body, const json& fields) {
+  body.merge_patch(fields);
+  return body;
+}
 
 std::vector<float> from_base64(const std::string& s) {
   static const std::string abc = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -97,5 +104,89 @@ TEST(ServeEmbeddings, OneOrManyInputsTextOrIdsFloatsOrBase64) {
   expect_error(s.post("/v1/embeddings", {{"model", "bpe"}, {"input", ""}}), 400, "empty");
   expect_error(s.post("/v1/embeddings", {{"model", "bpe"}, {"input", json::array({1, 99999999})}}), 400, "vocabulary");
   expect_error(s.post("/v1/embeddings", {{"model", "nope"}, {"input", "x"}}), 404, "nope");
+  s.expect_clean();
+}
+
+// POST /rerank as Jina's, Cohere's and TEI's clients send it, on a reranker
+// as llama.cpp converts Qwen3-Reranker (make-test-model --reranker): each
+// document's score is its own pair's, whatever else is ranked with it.
+TEST(ServeRerank, RanksEachDocumentByItsOwnPairInJinasAndTeisShapes) {
+  const std::string ranker = reclaim::testing::temp_path("ranker.gguf");
+  const Result made = run("make-test-model --out " + ranker + " --vocab bpe --embd 64 --layers 2 --type f32 --reranker");
+  ASSERT_EQ(made.status, 0) << made.out;
+  Served s({"-m", ranker + ":ranker", "-m", bpe() + ":bpe"}, false);
+  const std::vector<std::string> docs = {"A machine applies forces.", "Learning is acquiring knowledge.",
+                                         "Machine learning learns from data.", "Paris est la capitale."};
+  const json body = {{"model", "ranker"}, {"query", "Machine learning is"}, {"documents", docs}};
+  const json all = s.post_json("/rerank", body);
+  ASSERT_EQ(all["object"], "list") << all.dump();
+  ASSERT_EQ(all["results"].size(), docs.size()) << all.dump();
+  std::vector<double> score(docs.size(), -1);
+  double before = 2;
+  for (const json& e : all["results"]) {
+    const double x = e["relevance_score"].get<double>();
+    EXPECT_LE(x, before) << "best first: " << all.dump();
+    before = x;
+    // The softmax of "yes" against "no".
+    EXPECT_GT(x, 0.0);
+    EXPECT_LT(x, 1.0);
+    score.at(e["index"].get<size_t>()) = x;
+  }
+  for (double x : score) EXPECT_GE(x, 0) << "each index once: " << all.dump();
+  EXPECT_NE(*std::min_element(score.begin(), score.end()), *std::max_element(score.begin(), score.end()));
+
+  // Each pair is the model's rerank template filled in, tokenized whole.
+  auto count = [&](const std::string& text) {
+    return static_cast<int>(s.post_json("/tokenize", {{"model", "ranker"}, {"content", text}})["tokens"].size());
+  };
+  int tokens = 0;
+  for (const std::string& d : docs) {
+    tokens += count("<|im_start|>system\nJudge whether the Document meets the requirements based on the Query and the "
+                    "Instruct provided. Note that the answer can only be \"yes\" or \"no\".<|im_end|>\n<|im_start|>user\n"
+                    "<Instruct>: Given a web search query, retrieve relevant passages that answer the query\n<Query>: "
+                    "Machine learning is\n<Document>: " + d + "<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
+  }
+  EXPECT_EQ(all["usage"]["prompt_tokens"], tokens) << all.dump();
+  EXPECT_EQ(all["usage"]["total_tokens"], tokens);
+
+  // A document alone scores as it did among the others.
+  const json alone = s.post_json("/v1/rerank", with_fields(body, {{"documents", json::array({docs[2]})}}));
+  ASSERT_EQ(alone["results"].size(), 1u) << alone.dump();
+  EXPECT_NEAR(alone["results"][0]["relevance_score"].get<double>(), score[2], 1e-5);
+  // top_n keeps the best; more than there are is all of them.
+  const json top = s.post_json("/reranking", with_fields(body, {{"top_n", 2}, {"return_documents", true}}));
+  ASSERT_EQ(top["results"].size(), 2u) << top.dump();
+  EXPECT_EQ(top["results"][0]["index"], all["results"][0]["index"]);
+  EXPECT_EQ(top["results"][1]["index"], all["results"][1]["index"]);
+  EXPECT_EQ(top["results"][0]["document"]["text"], docs.at(top["results"][0]["index"].get<size_t>()));
+  EXPECT_EQ(s.post_json("/rerank", with_fields(body, {{"top_n", 99}}))["results"].size(), docs.size());
+  // Cohere's documents as objects.
+  const json objects = s.post_json("/v1/rerank", with_fields(body, {{"documents", json::array({json{{"text", docs[2]}}})}}));
+  EXPECT_NEAR(objects["results"][0]["relevance_score"].get<double>(), score[2], 1e-5) << objects.dump();
+
+  // TEI's: `texts` in, a bare array of {index, score} out.
+  const json tei = s.post_json("/rerank", {{"model", "ranker"}, {"query", "Machine learning is"}, {"texts", docs},
+                                           {"return_text", true}});
+  ASSERT_TRUE(tei.is_array()) << tei.dump();
+  ASSERT_EQ(tei.size(), docs.size());
+  EXPECT_EQ(tei[0]["index"], all["results"][0]["index"]);
+  EXPECT_NEAR(tei[0]["score"].get<double>(), all["results"][0]["relevance_score"].get<double>(), 1e-5);
+  EXPECT_EQ(tei[0]["text"], docs.at(tei[0]["index"].get<size_t>()));
+
+  // llama-server's refusals (test_rerank.py), and ours.
+  for (const json& bad : {json::array(), json(), json(123), json::array({1, 2, 3})}) {
+    auto r = s.post("/rerank", with_fields(body, {{"documents", bad}}));
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400) << bad.dump() << " " << r->body;
+    EXPECT_EQ(json::parse(r->body)["error"]["param"].get<std::string>().rfind("documents", 0), 0u) << r->body;
+  }
+  expect_error(s.post("/rerank", {{"model", "ranker"}, {"documents", docs}}), 400, "'query' is required");
+  expect_error(s.post("/rerank", with_fields(body, {{"query", 5}})), 400, "'query' must be a string");
+  expect_error(s.post("/rerank", with_fields(body, {{"top_n", 0}})), 400, "top_n");
+  expect_error(s.post("/rerank", with_fields(body, {{"documents", std::vector<std::string>(1001, "x")}})), 400, "at most 1000");
+  expect_error(s.post("/rerank", with_fields(body, {{"model", "bpe"}})), 400, "not a reranker");
+  expect_error(s.post("/v1/embeddings", {{"model", "ranker"}, {"input", "x"}}), 400, "reranker");
+  expect_error(s.post("/rerank", with_fields(body, {{"model", "nope"}})), 404, "nope");
+  s.post("/v1/models/unload", {{"model", "ranker"}});
   s.expect_clean();
 }

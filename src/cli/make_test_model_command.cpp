@@ -15,7 +15,7 @@ Command add_make_test_model(CLI::App& app) {
     std::string out, vocab = "bpe", type = "f16", size, chat_template;
     int64_t embd = 0, layers = 0, ff = 0;
     uint64_t seed = 1;
-    bool fim = false;
+    bool fim = false, reranker = false;
   };
   auto a = std::make_shared<Args>();
   sub->add_option("--out,-o", a->out, "output file")->required();
@@ -31,9 +31,13 @@ Command add_make_test_model(CLI::App& app) {
                   "(e.g. Qwen-Qwen2.5-7B-Instruct)");
   sub->add_flag("--fim", a->fim,
                 "add Qwen2.5-Coder's fill-in-the-middle tokens to the vocabulary (a code model for /infill)");
+  sub->add_flag("--reranker", a->reranker,
+                "write a reranker (qwen3 with rank pooling and a yes/no classifier head, as Qwen3-Reranker "
+                "converts) for /rerank");
   return [a] {
     TestModelSpec spec;
     spec.fim = a->fim;
+    spec.reranker = a->reranker;
     spec.vocab = a->vocab;
     spec.type = a->type;
     spec.size = a->size.empty() ? 0 : parse_size(a->size);
@@ -52,8 +56,8 @@ Command add_make_test_model(CLI::App& app) {
       }
     }
     TestModelShape s = make_test_model(spec, a->out);
-    std::printf("%s: llama, vocab %lld, embd %lld, layers %lld, ff %lld, heads %lld/%lld kv, %s %s\n", a->out.c_str(),
-                static_cast<long long>(s.n_vocab), static_cast<long long>(s.n_embd),
+    std::printf("%s: %s, vocab %lld, embd %lld, layers %lld, ff %lld, heads %lld/%lld kv, %s %s\n", a->out.c_str(),
+                a->reranker ? "qwen3 reranker" : "llama", static_cast<long long>(s.n_vocab), static_cast<long long>(s.n_embd),
                 static_cast<long long>(s.n_layer), static_cast<long long>(s.n_ff),
                 static_cast<long long>(s.n_head), static_cast<long long>(s.n_head_kv), a->type.c_str(),
                 format_bytes(s.bytes).c_str());

@@ -18,9 +18,9 @@ enum llama_pooling_type embedding_pooling(const Model& model) {
   return p > 0 ? static_cast<enum llama_pooling_type>(p) : LLAMA_POOLING_TYPE_MEAN;
 }
 
-EmbedResult embed(Model& model, const std::vector<std::vector<llama_token>>& inputs, const CancelToken* cancel,
-                  const std::function<void()>& tick) {
-  EmbedResult out;
+bool decode_pooled(Model& model, const std::vector<std::vector<llama_token>>& inputs, enum llama_pooling_type pooling,
+                   const CancelToken* cancel, const std::function<void()>& tick,
+                   const std::function<void(size_t index, const float* out)>& take) {
   size_t longest = 0;
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (inputs[i].empty()) throw BadPrompt("input " + std::to_string(i) + " is empty (no tokens)");
@@ -39,17 +39,13 @@ EmbedResult embed(Model& model, const std::vector<std::vector<llama_token>>& inp
   o.n_ctx = static_cast<int32_t>(longest);
   o.n_batch = static_cast<int32_t>(longest);
   o.embeddings = true;
-  o.pooling = embedding_pooling(model);
-  if (o.pooling == LLAMA_POOLING_TYPE_RANK) throw BadPrompt("the model is a reranker: its pooling gives scores, not embeddings");
+  o.pooling = pooling;
   Session s(model, o, cancel);
   llama_context* ctx = s.context();
-  const int32_t n_embd = llama_model_n_embd(model.get());
-  for (const std::vector<llama_token>& in : inputs) {
+  for (size_t n = 0; n < inputs.size(); ++n) {
+    const std::vector<llama_token>& in = inputs[n];
     if (tick) tick();
-    if (s.cancelled()) {
-      out.cancelled = true;
-      return out;
-    }
+    if (s.cancelled()) return false;
     llama_batch& b = s.batch();
     b.n_tokens = static_cast<int32_t>(in.size());
     for (size_t i = 0; i < in.size(); ++i) {
@@ -65,21 +61,31 @@ EmbedResult embed(Model& model, const std::vector<std::vector<llama_token>>& inp
       std::lock_guard lock(model.decode_mutex());  // one graph at a time on the model's pool
       rc = llama_decode(ctx, b);
     }
-    if (rc == 2 || s.cancelled()) {
-      out.cancelled = true;
-      return out;
-    }
-    if (rc != 0) throw Error("llama_decode failed (" + std::to_string(rc) + ") on an embedding input");
+    if (rc == 2 || s.cancelled()) return false;
+    if (rc != 0) throw Error("llama_decode failed (" + std::to_string(rc) + ") on input " + std::to_string(n));
     const float* e = llama_get_embeddings_seq(ctx, 0);
-    if (!e) throw Error("llama.cpp returned no pooled embedding");
+    if (!e) throw Error("llama.cpp returned no pooled output");
+    take(n, e);
+  }
+  return true;
+}
+
+EmbedResult embed(Model& model, const std::vector<std::vector<llama_token>>& inputs, const CancelToken* cancel,
+                  const std::function<void()>& tick) {
+  const enum llama_pooling_type pooling = embedding_pooling(model);
+  if (pooling == LLAMA_POOLING_TYPE_RANK) throw BadPrompt("the model is a reranker: its pooling gives scores, not embeddings");
+  EmbedResult out;
+  const int32_t n_embd = llama_model_n_embd(model.get());
+  const bool done = decode_pooled(model, inputs, pooling, cancel, tick, [&](size_t n, const float* e) {
     double norm = 0;
     for (int32_t k = 0; k < n_embd; ++k) norm += static_cast<double>(e[k]) * e[k];
     const float scale = norm > 0 ? static_cast<float>(1.0 / std::sqrt(norm)) : 0.0f;
     std::vector<float> v(static_cast<size_t>(n_embd));
     for (int32_t k = 0; k < n_embd; ++k) v[static_cast<size_t>(k)] = e[k] * scale;
     out.vectors.push_back(std::move(v));
-    out.prompt_tokens += static_cast<int32_t>(in.size());
-  }
+    out.prompt_tokens += static_cast<int32_t>(inputs[n].size());
+  });
+  out.cancelled = !done;
   return out;
 }
 

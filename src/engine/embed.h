@@ -27,6 +27,14 @@ struct EmbedResult {
 // The pooling a model's embeddings get: its own, or mean where it has none.
 enum llama_pooling_type embedding_pooling(const Model& model);
 
+// Each input decoded whole, in a context of its own made for `pooling`, and
+// its pooled output (n_embd floats, or the classifier's labels under rank
+// pooling) handed to `take` with the input's index. Checks the inputs first
+// (BadPrompt, ContextOverflow as embed() says). False when cancelled.
+bool decode_pooled(Model& model, const std::vector<std::vector<llama_token>>& inputs, enum llama_pooling_type pooling,
+                   const CancelToken* cancel, const std::function<void()>& tick,
+                   const std::function<void(size_t index, const float* out)>& take);
+
 // Throws BadPrompt for an empty input or one outside the vocabulary, and
 // ContextOverflow for one longer than the model's training context. `tick`
 // runs before each input (a server looks at its client's socket there and

@@ -131,6 +131,17 @@ constexpr const char* kFimTokens[] = {"<|fim_prefix|>", "<|fim_middle|>", "<|fim
                                       "<|fim_pad|>",    "<|repo_name|>",  "<|file_sep|>"};
 constexpr int64_t kFimCount = sizeof kFimTokens / sizeof kFimTokens[0];
 
+// Qwen3-Reranker's, as llama.cpp's conversion writes it: the model judges
+// "yes" or "no", and a pair's score is the softmax's "yes".
+const char* kRerankLabelNames[] = {"yes", "no"};
+constexpr int64_t kRerankLabels = 2;
+constexpr const char* kRerankTemplate =
+    "<|im_start|>system\nJudge whether the Document meets the requirements based on the Query and the Instruct "
+    "provided. Note that the answer can only be \"yes\" or \"no\".<|im_end|>\n"
+    "<|im_start|>user\n<Instruct>: Given a web search query, retrieve relevant passages that answer the query\n"
+    "<Query>: {query}\n<Document>: {document}<|im_end|>\n"
+    "<|im_start|>assistant\n<think>\n\n</think>\n\n";
+
 // The vocabulary's tokens and their types with the FIM tokens after them.
 void add_fim_tokens(const gguf_context* vocab, gguf_context* g) {
   const int64_t tk = gguf_find_key(vocab, "tokenizer.ggml.tokens");
@@ -168,6 +179,7 @@ TestModelShape test_model_shape(const TestModelSpec& spec) {
     if (spec.fim) s.n_vocab += kFimCount;
   }
   if (spec.fim && spec.vocab == "none") throw Error("--fim needs a vocabulary (not --vocab none)");
+  if (spec.reranker && spec.vocab == "none") throw Error("--reranker needs a vocabulary (not --vocab none): its prompt is text");
   if (spec.size > 0) {
     // The shape nearest the target size, preferring embeddings near half of
     // it, so that neither the vocab nor the layers are a token part.
@@ -201,6 +213,11 @@ TestModelShape test_model_shape(const TestModelSpec& spec) {
   }
   if (s.n_embd % 64 != 0) throw Error("--embd must be a multiple of 64, got " + std::to_string(s.n_embd));
   if (type == GGML_TYPE_Q8_0 && s.n_ff % 32 != 0) throw Error("--ff must be a multiple of 32 for q8_0");
+  if (spec.reranker) {  // the classifier's two rows in place of the output, and each block's q/k norms
+    const double w = bytes_per_weight(type);
+    s.bytes += static_cast<int64_t>((kRerankLabels - s.n_vocab) * s.n_embd * w) +
+               s.n_layer * 2 * (s.n_embd / s.n_head) * 4;
+  }
   return s;
 }
 
@@ -239,9 +256,11 @@ void copy_tokenizer(const gguf_context* vocab, gguf_context* g) {
   }
 }
 
-// The llama architecture's tensors, as descriptors in `meta` and in `g`, in
-// the order their data is written.
-std::vector<ggml_tensor*> add_tensors(ggml_context* meta, gguf_context* g, const TestModelShape& s, ggml_type wtype) {
+// The architecture's tensors (llama's; qwen3's adds q/k norms and, for a
+// reranker, has a classifier head in place of the output), as descriptors in
+// `meta` and in `g`, in the order their data is written.
+std::vector<ggml_tensor*> add_tensors(ggml_context* meta, gguf_context* g, const TestModelShape& s, ggml_type wtype,
+                                      bool reranker) {
   std::vector<ggml_tensor*> tensors;
   auto add = [&](const std::string& name, ggml_type t, int64_t ne0, int64_t ne1) {
     ggml_tensor* x = ne1 > 0 ? ggml_new_tensor_2d(meta, t, ne0, ne1) : ggml_new_tensor_1d(meta, t, ne0);
@@ -252,7 +271,8 @@ std::vector<ggml_tensor*> add_tensors(ggml_context* meta, gguf_context* g, const
   const int64_t head_dim = s.n_embd / s.n_head, kv = head_dim * s.n_head_kv;
   add("token_embd.weight", wtype, s.n_embd, s.n_vocab);
   add("output_norm.weight", GGML_TYPE_F32, s.n_embd, 0);
-  add("output.weight", wtype, s.n_embd, s.n_vocab);
+  if (reranker) add("cls.output.weight", wtype, s.n_embd, kRerankLabels);
+  else add("output.weight", wtype, s.n_embd, s.n_vocab);
   for (int64_t l = 0; l < s.n_layer; ++l) {
     std::string p = "blk." + std::to_string(l) + ".";
     add(p + "attn_norm.weight", GGML_TYPE_F32, s.n_embd, 0);
@@ -260,6 +280,10 @@ std::vector<ggml_tensor*> add_tensors(ggml_context* meta, gguf_context* g, const
     add(p + "attn_k.weight", wtype, s.n_embd, kv);
     add(p + "attn_v.weight", wtype, s.n_embd, kv);
     add(p + "attn_output.weight", wtype, s.n_embd, s.n_embd);
+    if (reranker) {
+      add(p + "attn_q_norm.weight", GGML_TYPE_F32, head_dim, 0);
+      add(p + "attn_k_norm.weight", GGML_TYPE_F32, head_dim, 0);
+    }
     add(p + "ffn_norm.weight", GGML_TYPE_F32, s.n_embd, 0);
     add(p + "ffn_gate.weight", wtype, s.n_embd, s.n_ff);
     add(p + "ffn_down.weight", wtype, s.n_ff, s.n_embd);
@@ -311,32 +335,39 @@ TestModelShape make_test_model(const TestModelSpec& spec, const std::string& out
   GgufPtr vocab(vocab_path.empty() ? gguf_init_empty() : open_vocab(vocab_path).release());
   GgufPtr g(gguf_init_empty());
 
-  gguf_set_val_str(g.get(), "general.architecture", "llama");
+  const std::string arch = spec.reranker ? "qwen3" : "llama";
+  auto key = [&arch](const char* k) { return arch + "." + k; };
+  gguf_set_val_str(g.get(), "general.architecture", arch.c_str());
   gguf_set_val_str(g.get(), "general.name", "reclaim-test-model");
   gguf_set_val_u32(g.get(), "general.file_type",
                    wtype == GGML_TYPE_F32 ? 0u : wtype == GGML_TYPE_F16 ? 1u : 7u);
   gguf_set_val_u64(g.get(), "reclaim.test_model.seed", spec.seed);
-  gguf_set_val_u32(g.get(), "llama.context_length", static_cast<uint32_t>(spec.n_ctx_train));
-  gguf_set_val_u32(g.get(), "llama.embedding_length", static_cast<uint32_t>(s.n_embd));
-  gguf_set_val_u32(g.get(), "llama.block_count", static_cast<uint32_t>(s.n_layer));
-  gguf_set_val_u32(g.get(), "llama.feed_forward_length", static_cast<uint32_t>(s.n_ff));
-  gguf_set_val_u32(g.get(), "llama.attention.head_count", static_cast<uint32_t>(s.n_head));
-  gguf_set_val_u32(g.get(), "llama.attention.head_count_kv", static_cast<uint32_t>(s.n_head_kv));
-  gguf_set_val_u32(g.get(), "llama.rope.dimension_count", static_cast<uint32_t>(s.n_embd / s.n_head));
-  gguf_set_val_f32(g.get(), "llama.attention.layer_norm_rms_epsilon", 1e-5f);
-  gguf_set_val_f32(g.get(), "llama.rope.freq_base", 10000.0f);
-  gguf_set_val_u32(g.get(), "llama.vocab_size", static_cast<uint32_t>(s.n_vocab));
+  gguf_set_val_u32(g.get(), key("context_length").c_str(), static_cast<uint32_t>(spec.n_ctx_train));
+  gguf_set_val_u32(g.get(), key("embedding_length").c_str(), static_cast<uint32_t>(s.n_embd));
+  gguf_set_val_u32(g.get(), key("block_count").c_str(), static_cast<uint32_t>(s.n_layer));
+  gguf_set_val_u32(g.get(), key("feed_forward_length").c_str(), static_cast<uint32_t>(s.n_ff));
+  gguf_set_val_u32(g.get(), key("attention.head_count").c_str(), static_cast<uint32_t>(s.n_head));
+  gguf_set_val_u32(g.get(), key("attention.head_count_kv").c_str(), static_cast<uint32_t>(s.n_head_kv));
+  gguf_set_val_u32(g.get(), key("rope.dimension_count").c_str(), static_cast<uint32_t>(s.n_embd / s.n_head));
+  gguf_set_val_f32(g.get(), key("attention.layer_norm_rms_epsilon").c_str(), 1e-5f);
+  gguf_set_val_f32(g.get(), key("rope.freq_base").c_str(), 10000.0f);
+  gguf_set_val_u32(g.get(), key("vocab_size").c_str(), static_cast<uint32_t>(s.n_vocab));
+  if (spec.reranker) {
+    gguf_set_val_u32(g.get(), key("pooling_type").c_str(), LLAMA_POOLING_TYPE_RANK);
+    gguf_set_arr_str(g.get(), key("classifier.output_labels").c_str(), kRerankLabelNames, kRerankLabels);
+  }
   // As llama.cpp's tests/test-llama-archs writes it: token ids in and out.
   if (vocab_path.empty()) gguf_set_val_str(g.get(), "tokenizer.ggml.model", "no_vocab");
   copy_tokenizer(vocab.get(), g.get());
   if (spec.fim) add_fim_tokens(vocab.get(), g.get());
   if (!spec.chat_template.empty()) gguf_set_val_str(g.get(), "tokenizer.chat_template", spec.chat_template.c_str());
+  if (spec.reranker) gguf_set_val_str(g.get(), "tokenizer.chat_template.rerank", kRerankTemplate);
 
   // Tensor descriptors only: the data is generated and written one tensor at a time.
-  const int64_t n_tensors = 3 + 9 * s.n_layer;
+  const int64_t n_tensors = 3 + 11 * s.n_layer;
   ggml_init_params ip{static_cast<size_t>(n_tensors + 1) * ggml_tensor_overhead(), nullptr, true};
   GgmlPtr meta(ggml_init(ip));
-  const std::vector<ggml_tensor*> tensors = add_tensors(meta.get(), g.get(), s, wtype);
+  const std::vector<ggml_tensor*> tensors = add_tensors(meta.get(), g.get(), s, wtype, spec.reranker);
 
   std::string tmp = out + ".tmp." + std::to_string(::getpid());
   std::FILE* f = std::fopen(tmp.c_str(), "wb");

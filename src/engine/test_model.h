@@ -29,6 +29,11 @@ struct TestModelSpec {
   // <|file_sep|>, as control tokens) to the vocabulary, which llama.cpp then
   // finds by their text: a code model for /infill. Not with vocab "none".
   bool fim = false;
+  // A reranker as llama.cpp converts Qwen3-Reranker: the qwen3 architecture
+  // (llama's blocks with q/k norms), rank pooling, a two-label classifier
+  // head ("yes", "no") whose softmax's first value is a pair's score, and
+  // the rerank prompt template that /rerank fills.
+  bool reranker = false;
 };
 
 struct TestModelShape {

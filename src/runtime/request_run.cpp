@@ -67,9 +67,9 @@ RunEnd RequestRun::finish(const GenerateResult& r) {
   return end_;
 }
 
-RunEnd RequestRun::finish(const EmbedResult& r) {
-  if (!r.cancelled) {
-    counts_.prompt_tokens += static_cast<uint64_t>(r.prompt_tokens);
+RunEnd RequestRun::finish_pooled(int32_t prompt_tokens, bool cancelled) {
+  if (!cancelled) {
+    counts_.prompt_tokens += static_cast<uint64_t>(prompt_tokens);
     end(RunEnd::ok);
   } else {
     end(cancel_.reason() == CancelReason::client_gone ? RunEnd::client_gone : RunEnd::cancelled);

@@ -23,6 +23,7 @@
 #include "core/histogram.h"
 #include "engine/embed.h"
 #include "engine/generate.h"
+#include "engine/rerank.h"
 #include "runtime/registry.h"
 
 namespace reclaim {
@@ -82,8 +83,9 @@ class RequestRun {
   // The end of a generation, counted with its tokens: ok, cancelled (an
   // unload, or the handler), or client_gone.
   RunEnd finish(const GenerateResult& r);
-  // The end of an embedding, counted with its prompt tokens.
-  RunEnd finish(const EmbedResult& r);
+  // The end of an embedding or a ranking, counted with its prompt tokens.
+  RunEnd finish(const EmbedResult& r) { return finish_pooled(r.prompt_tokens, r.cancelled); }
+  RunEnd finish(const RerankResult& r) { return finish_pooled(r.prompt_tokens, r.cancelled); }
   // Ended well without a decode (a load-only request).
   void succeed() { end(RunEnd::ok); }
   // Ended in an error its handler answers.
@@ -99,6 +101,7 @@ class RequestRun {
 
  private:
   void end(RunEnd e) noexcept;
+  RunEnd finish_pooled(int32_t prompt_tokens, bool cancelled);
 
   Registry& registry_;
   RequestCounts& counts_;

@@ -78,6 +78,11 @@ const std::vector<Server::Route>& Server::route_table() {
       {"POST", "/apply-template", send_error, &Server::apply_template},
       {"POST", "/tokenize", send_error, &Server::tokenize_text},
       {"POST", "/detokenize", send_error, &Server::detokenize_tokens},
+      // Reranking (server/rerank.cpp) under each name llama-server answers.
+      {"POST", "/rerank", send_error, &Server::rerank_documents},
+      {"POST", "/v1/rerank", send_error, &Server::rerank_documents},
+      {"POST", "/reranking", send_error, &Server::rerank_documents},
+      {"POST", "/v1/reranking", send_error, &Server::rerank_documents},
       {"GET", "/props", send_error, &Server::props},
       {"GET", "/slots", send_error, &Server::slots},
       {"POST", "/slots/([0-9]+)", send_error, &Server::slot_action},

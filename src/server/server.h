@@ -148,6 +148,8 @@ class Server {
   // llama-server's /tokenize and /detokenize (server/tokenize.cpp).
   void tokenize_text(const httplib::Request& req, httplib::Response& res);
   void detokenize_tokens(const httplib::Request& req, httplib::Response& res);
+  // Reranking (server/rerank.cpp).
+  void rerank_documents(const httplib::Request& req, httplib::Response& res);
   // Ollama's (server/ollama_routes.cpp).
   void ollama_version(const httplib::Request& req, httplib::Response& res);
   void ollama_tags(const httplib::Request& req, httplib::Response& res);

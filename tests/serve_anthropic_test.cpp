@@ -122,3 +122,41 @@ TEST(ServeAnthropic, AnAgentsToolTranscriptIsRenderedAndAnswered) {
   s.post("/v1/models/unload", {{"model", "qwen"}});
   s.expect_clean();
 }
+
+// The official SDK (@anthropic-ai/sdk), as an agent uses it: create, its
+// stream as the SDK accumulates it, count_tokens, the turn after a tool ran.
+TEST(ServeAnthropic, TheOfficialSdkCreatesStreamsCountsAndTakesAToolsResult) {
+  const std::string sdk = RECLAIM_ANTHROPIC_SDK;
+  ASSERT_FALSE(sdk.empty()) << "built without RECLAIM_ANTHROPIC_SDK: run scripts/setup, which fetches the SDK";
+  const std::string qwen = temp_path("anthropic-sdk-qwen.gguf");
+  const Result made =
+      run("make-test-model --out " + qwen + " --vocab bpe --embd 64 --layers 1 --type q8_0 --chat-template Qwen-Qwen2.5-7B-Instruct");
+  ASSERT_EQ(made.status, 0) << made.err;
+  Served s({"-m", spm() + ":chat", "-m", qwen + ":qwen", "--api-key", "sk-ant-test"}, false);
+  s.http().set_default_headers({{"x-api-key", "sk-ant-test"}});
+  int status = 0;
+  const std::string out = run_node_script(RECLAIM_ANTHROPIC_SCRIPT,
+                                          sdk + " http://127.0.0.1:" + std::to_string(s.port()) + " chat qwen", status);
+  ASSERT_EQ(status, 0) << out;
+  const json got = json::parse(out.substr(out.find('{')));
+  EXPECT_EQ(got["create"]["type"], "message") << out;
+  EXPECT_EQ(got["create"]["role"], "assistant") << out;
+  EXPECT_EQ(got["create"]["model"], "chat") << out;
+  EXPECT_FALSE(got["create"]["text"].get<std::string>().empty()) << out;
+  // Greedy: the stream says what the message said, in the SDK's reading too.
+  EXPECT_EQ(got["stream"]["first"], "message_start") << out;
+  EXPECT_EQ(got["stream"]["last"], "message_stop") << out;
+  EXPECT_EQ(got["stream"]["deltas"], got["create"]["text"]) << out;
+  EXPECT_EQ(got["stream"]["text"], got["create"]["text"]) << out;
+  EXPECT_EQ(got["stream"]["stop_reason"], got["create"]["stop_reason"]) << out;
+  EXPECT_EQ(got["stream"]["usage"]["output_tokens"], got["create"]["usage"]["output_tokens"]) << out;
+  EXPECT_EQ(got["count"]["input_tokens"], got["create"]["usage"]["input_tokens"]) << out;
+  // The call and its result are in the turn's prompt, which count_tokens counts.
+  EXPECT_EQ(got["tool"]["type"], "message") << out;
+  EXPECT_EQ(got["tool"]["input_tokens"], got["tool"]["counted"]) << out;
+  EXPECT_GT(got["tool"]["counted"].get<int>(), got["tool"]["question_only"].get<int>() + 10) << out;
+  EXPECT_EQ(got["refused"]["status"], 400) << out;
+  EXPECT_EQ(got["refused"]["type"], "invalid_request_error") << out;
+  for (const char* m : {"chat", "qwen"}) s.post("/v1/models/unload", {{"model", m}});
+  s.expect_clean();
+}

@@ -173,11 +173,10 @@ class Served {
   Outside outside_;
 };
 
-// Runs one of the tests' Node scripts with the OpenAI SDK in `sdk` against
-// the server on `port`: what it printed, and its exit status in `status`.
-inline std::string run_sdk_script(const std::string& script, const std::string& sdk, int port, const std::string& model,
-                                  int& status) {
-  const std::string cmd = "node " + script + " " + sdk + " http://127.0.0.1:" + std::to_string(port) + "/v1 " + model + " 2>&1";
+// Runs one of the tests' Node scripts with `args`: what it printed, and its
+// exit status in `status`.
+inline std::string run_node_script(const std::string& script, const std::string& args, int& status) {
+  const std::string cmd = "node " + script + " " + args + " 2>&1";
   std::FILE* p = ::popen(cmd.c_str(), "r");
   if (!p) {
     status = -1;
@@ -188,6 +187,12 @@ inline std::string run_sdk_script(const std::string& script, const std::string& 
   for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
   status = exit_code(::pclose(p));
   return out;
+}
+
+// The same with the OpenAI SDK in `sdk`, against the server on `port`.
+inline std::string run_sdk_script(const std::string& script, const std::string& sdk, int port, const std::string& model,
+                                  int& status) {
+  return run_node_script(script, sdk + " http://127.0.0.1:" + std::to_string(port) + "/v1 " + model, status);
 }
 
 inline json chat(int max_tokens, bool stream = false) {

@@ -14,7 +14,8 @@ namespace {
 
 using nlohmann::json;
 
-const char* const kKeys = "path, aliases, ctx, parallel, threads, gpu_layers, chat_template, keep_alive, pin, preload, defaults";
+const char* const kKeys =
+    "path, aliases, ctx, parallel, threads, gpu_layers, chat_template, system, keep_alive, pin, preload, defaults";
 
 class Reader {
  public:
@@ -111,6 +112,8 @@ class Reader {
         s.n_gpu_layers = integer(v, key, -1, 1 << 20);
       } else if (field == "chat_template") {
         s.chat_template = string(v, key);
+      } else if (field == "system") {
+        s.system = string(v, key);
       } else if (field == "keep_alive") {
         try {
           s.keep_alive = std::chrono::milliseconds(server::parse_duration_ms(to_json(v, key), "keep_alive"));
@@ -143,18 +146,7 @@ class Reader {
         fail(v, key, "is the request's own, not a default");
       }
       out[field] = to_json(v, key);
-      // Checked as a completion's field and as a chat's (some fields only a
-      // chat reads, chat_template_kwargs among them); a chat's refusal counts
-      // where it names this field.
-      const json completion = {{"model", "x"}, {"prompt", "x"}, {field, out[field]}};
-      const json chat = {{"model", "x"}, {"messages", {{{"role", "user"}, {"content", "x"}}}}, {field, out[field]}};
-      for (const bool as_chat : {false, true}) {
-        try {
-          (void)server::parse_completion_request((as_chat ? chat : completion).dump(), as_chat);
-        } catch (const server::ApiException& e) {
-          if (!as_chat || e.error().param == field) fail(v, key, e.what());
-        }
-      }
+      if (const std::string why = request_default_refusal(field, out[field]); !why.empty()) fail(v, key, why);
     }
     return out;
   }
@@ -165,6 +157,25 @@ class Reader {
 };
 
 }  // namespace
+
+std::string request_default_refusal(const std::string& field, const json& value) {
+  if (field == "model" || field == "messages" || field == "prompt" || field == "stream") {
+    return "is the request's own, not a default";
+  }
+  // Checked as a completion's field and as a chat's (some fields only a
+  // chat reads, chat_template_kwargs among them); a chat's refusal counts
+  // where it names this field.
+  const json completion = {{"model", "x"}, {"prompt", "x"}, {field, value}};
+  const json chat = {{"model", "x"}, {"messages", {{{"role", "user"}, {"content", "x"}}}}, {field, value}};
+  for (const bool as_chat : {false, true}) {
+    try {
+      (void)server::parse_completion_request((as_chat ? chat : completion).dump(), as_chat);
+    } catch (const server::ApiException& e) {
+      if (!as_chat || e.error().param == field) return e.what();
+    }
+  }
+  return "";
+}
 
 ServeConfig read_serve_config(const std::string& path) {
   toml::table root;

@@ -11,6 +11,7 @@
 //   threads = 8
 //   gpu_layers = 99
 //   chat_template = "chatml"
+//   system = "You are terse."   # the system message a chat without one gets
 //   keep_alive = "30m"    # or seconds; -1: never unload
 //   pin = true
 //   preload = true
@@ -41,5 +42,9 @@ struct ServeConfig {
 
 // Throws ConfigError for the first mistake.
 ServeConfig read_serve_config(const std::string& path);
+
+// Why a request would refuse `value` as its `field` (a model's default),
+// or "" when it takes it.
+std::string request_default_refusal(const std::string& field, const nlohmann::json& value);
 
 }  // namespace reclaim::cli

@@ -17,6 +17,7 @@
 
 #include "cli/commands.h"
 #include "cli/config_file.h"
+#include "cli/model_sources.h"
 #include "core/dir_watch.h"
 #include "core/heap.h"
 #include "core/ledger.h"
@@ -47,7 +48,8 @@ void check_budget_places(const MemoryBudget& budget) {
 }
 
 struct Args {
-  std::vector<std::string> models, pins, preload, cors_origins;
+  std::vector<std::string> models, pins, preload, cors_origins, models_from;
+  std::string ollama_models, hf_cache, lmstudio_models;
   std::string config;
   std::vector<std::string> api_keys;
   std::string models_dir, host = "127.0.0.1", api_key_file, ssl_cert_file, ssl_key_file, memory_budget = "0", keep_alive = "5m",
@@ -62,11 +64,6 @@ struct Args {
   bool no_autoload = false, verbose = false, trust_models = false;
 };
 
-bool is_file(const std::string& path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
-
 Millis duration(const std::string& text, const std::string& flag) {
   try {
     return Millis(server::parse_duration_ms(nlohmann::json(text), flag));
@@ -74,143 +71,6 @@ Millis duration(const std::string& text, const std::string& flag) {
     throw Error(std::string("--") + e.what());
   }
 }
-
-// -m PATH[:ALIAS]... The alias defaults to the file name without .gguf. It
-// is all after the first ".gguf:", so that it may hold colons (qwen2.5:7b)
-// and the folders a colon; a file not named .gguf takes its alias after the
-// last colon that no '/' follows.
-std::vector<ModelSpec> models_from_flags(const Args& a) {
-  std::vector<ModelSpec> out;
-  for (const std::string& m : a.models) {
-    std::string path = m, alias;
-    if (const size_t at = m.find(".gguf:"); at != std::string::npos) {
-      path = m.substr(0, at + 5);
-      alias = m.substr(at + 6);
-    } else if (const size_t colon = m.rfind(':');
-               colon != std::string::npos && m.find('/', colon) == std::string::npos && !is_file(m)) {
-      path = m.substr(0, colon);
-      alias = m.substr(colon + 1);
-    }
-    check_model_file(path);
-    if (alias.empty()) {
-      alias = path.substr(path.find_last_of('/') + 1);
-      if (alias.size() > 5 && alias.substr(alias.size() - 5) == ".gguf") alias.resize(alias.size() - 5);
-    }
-    out.push_back({alias, path, false});
-  }
-  return out;
-}
-
-// Every .gguf in --models-dir, named by its file.
-std::vector<ModelSpec> models_in_folder(const std::string& dir) {
-  std::vector<ModelSpec> out;
-  if (dir.empty()) return out;
-  DIR* d = ::opendir(dir.c_str());
-  if (!d) throw Error("--models-dir '" + dir + "' cannot be read: " + std::strerror(errno));
-  std::vector<std::string> names;
-  while (dirent* e = ::readdir(d)) {
-    std::string n = e->d_name;
-    if (n.size() > 5 && n.substr(n.size() - 5) == ".gguf") names.push_back(n);
-  }
-  ::closedir(d);
-  std::sort(names.begin(), names.end());
-  for (const std::string& n : names) out.push_back({n.substr(0, n.size() - 5), dir + "/" + n, false});
-  return out;
-}
-
-std::vector<ModelSpec> models_in_config(const std::string& file) {
-  std::vector<ModelSpec> out;
-  if (file.empty()) return out;
-  for (ModelSpec& m : read_serve_config(file).models) {
-    try {
-      check_model_file(m.path);
-    } catch (const std::exception& e) {
-      throw Error(file + ": models." + m.name + ".path: " + e.what());
-    }
-    out.push_back(std::move(m));
-  }
-  return out;
-}
-
-// Where the served models come from: the flags, the folder and the config
-// file. The file and the folder are read again on SIGHUP, and the folder when
-// a .gguf file is put in it or taken out (core/dir_watch.h) and on a request
-// for a name the server does not have (when it changed since it was last
-// read: a name nobody has costs a stat).
-class ModelSources {
- public:
-  explicit ModelSources(const Args& a)
-      : a_(a), flags_(models_from_flags(a)), folder_(models_in_folder(a.models_dir)), config_(models_in_config(a.config)) {}
-
-  std::vector<ModelSpec> all() const {
-    std::lock_guard lock(mu_);
-    return all_locked(folder_, config_);
-  }
-  bool empty_at_start() const { return flags_.empty() && folder_.empty() && config_.empty(); }
-
-  // SIGHUP: the file and the folder again. Throws, keeping the settings
-  // before, where either is wrong or the registry refuses the new set.
-  Registry::Reconfigured reload(Registry& registry) {
-    std::lock_guard lock(mu_);
-    const std::string stamp = folder_stamp(a_.models_dir);
-    std::vector<ModelSpec> folder = models_in_folder(a_.models_dir), config = models_in_config(a_.config);
-    const Registry::Reconfigured r = registry.reconfigure(all_locked(folder, config));
-    stamp_ = stamp;
-    folder_ = std::move(folder);
-    config_ = std::move(config);
-    return r;
-  }
-
-  // A request for an unknown name: the folder again; true if it found more.
-  bool rescan(Registry& registry) {
-    if (a_.models_dir.empty()) return false;
-    std::lock_guard lock(mu_);
-    const std::string stamp = folder_stamp(a_.models_dir);
-    if (stamp == stamp_) return false;
-    stamp_ = stamp;
-    try {
-      std::vector<ModelSpec> folder = models_in_folder(a_.models_dir);
-      if (folder == folder_) return false;
-      const Registry::Reconfigured r = registry.reconfigure(all_locked(folder, config_));
-      folder_ = std::move(folder);
-      std::fprintf(stderr, "reclaim: --models-dir: %d models added, %d removed\n", r.added, r.removed);
-      return r.added > 0;
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "reclaim: --models-dir: %s\n", e.what());
-      return false;
-    }
-  }
-
- private:
-  std::vector<ModelSpec> all_locked(const std::vector<ModelSpec>& folder, const std::vector<ModelSpec>& config) const {
-    std::vector<ModelSpec> out = flags_;
-    out.insert(out.end(), folder.begin(), folder.end());
-    out.insert(out.end(), config.begin(), config.end());
-    if (out.empty()) out.push_back({"test", default_test_model(), false});
-    for (const std::string& pin : a_.pins) {
-      auto it = std::find_if(out.begin(), out.end(), [&](const ModelSpec& s) { return s.name == pin; });
-      if (it == out.end()) throw Error("--pin " + pin + ": no model of that name");
-      it->pinned = true;
-    }
-    return out;
-  }
-
-  // When the folder's entries last changed (its mtime and ctime, in ns).
-  static std::string folder_stamp(const std::string& dir) {
-    struct stat st {};
-    if (::stat(dir.c_str(), &st) != 0) return "";
-    return std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec) + "/" +
-           std::to_string(st.st_ctim.tv_sec) + "." + std::to_string(st.st_ctim.tv_nsec);
-  }
-
-  const Args& a_;
-  mutable std::mutex mu_;
-  // Of the folder_ read: taken before it, so that a file added while it is
-  // read changes the stamp again.
-  std::string stamp_ = folder_stamp(a_.models_dir);
-  const std::vector<ModelSpec> flags_;
-  std::vector<ModelSpec> folder_, config_;
-};
 
 // SIGHUP: the config file and the folder again. A mistake keeps the
 // settings before, and says so in one line. A model with `preload` that is
@@ -251,8 +111,8 @@ void serve_until_stopped(RegistryOptions opts, ModelSources& sources, server::Se
       throw Error("--default-model " + so.default_model + ": " + e.what());
     }
   }
-  // Only a folder can hold models the server has not seen yet.
-  if (!models_dir.empty()) so.rediscover = [&sources, &registry] { return sources.rescan(registry); };
+  // Only a folder or a store can hold models the server has not seen yet.
+  if (sources.can_grow()) so.rediscover = [&sources, &registry] { return sources.rescan(registry); };
   server::Server http(so, registry);
   const int port = http.bind();
   // The accept loop's thread, on the ledger. Whatever fails from here on,
@@ -306,6 +166,43 @@ void serve_until_stopped(RegistryOptions opts, ModelSources& sources, server::Se
   registry.unload_all(UnloadMode::drain, shutdown_timeout);
   stopper.join();
   serving.close();
+}
+
+// The stores --models-from names (a root flag names its store too), each
+// at its own root or its tool's default place; with no model named any
+// way, every store at its default place, so that a first `reclaim serve`
+// serves the models the machine has.
+SourceArgs source_args(const Args& a) {
+  SourceArgs s;
+  s.models = a.models;
+  s.models_dir = a.models_dir;
+  s.config = a.config;
+  s.pins = a.pins;
+  std::vector<std::string> names;
+  for (const std::string& list : a.models_from) {
+    for (size_t at = 0; at <= list.size();) {
+      const size_t comma = std::min(list.find(',', at), list.size());
+      const std::string name = list.substr(at, comma - at);
+      if (!name.empty() && std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+      at = comma + 1;
+    }
+  }
+  const std::pair<const char*, const std::string*> roots[] = {
+      {"ollama", &a.ollama_models}, {"hf", &a.hf_cache}, {"lmstudio", &a.lmstudio_models}};
+  for (const auto& [name, root] : roots) {
+    if (!root->empty() && std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+  }
+  const bool named_any = !a.models.empty() || !a.models_dir.empty() || !a.config.empty() || !names.empty();
+  if (!named_any) names = {"ollama", "hf", "lmstudio"};
+  for (const std::string& name : names) {
+    Store st{store_kind(name), ""};
+    for (const auto& [n, root] : roots) {
+      if (name == n) st.root = *root;
+    }
+    if (st.root.empty()) st.root = default_store_root(st.kind);
+    s.stores.push_back(st);
+  }
+  return s;
 }
 
 RegistryOptions registry_options(const Args& a) {
@@ -438,10 +335,11 @@ int serve(const Args& a) {
   RegistryOptions opts = registry_options(a);
   const server::ServerOptions so = server_options(a);
   const Millis shutdown_timeout = duration(a.shutdown_timeout, "shutdown-timeout");
-  ModelSources sources(a);
+  ModelSources sources(source_args(a));
   if (sources.empty_at_start()) {
-    std::fprintf(stderr, "reclaim: no model given (-m, --models-dir, --config): serving the random-weight test model as "
-                         "'test'; its output is noise\n");
+    std::fprintf(stderr, "reclaim: no model given (-m, --models-dir, --config, --models-from) and none in Ollama's store, "
+                         "the Hugging Face cache or LM Studio's folder: serving the random-weight test model as 'test'; "
+                         "its output is noise (reclaim pull NAME fetches a model)\n");
   }
   std::vector<std::string> preload = a.preload;
   for (const ModelSpec& m : sources.all()) {
@@ -458,6 +356,15 @@ Command add_serve(CLI::App& app) {
   auto a = std::make_shared<Args>();
   sub->add_option("-m,--model", a->models, "PATH[:ALIAS] (repeatable); the alias defaults to the file name")->take_all();
   sub->add_option("--models-dir", a->models_dir, "serve every .gguf in this folder, named by file");
+  sub->add_option("--models-from", a->models_from,
+                  "serve the models other tools keep, where they lie: ollama (Ollama's store), hf (the Hugging Face "
+                  "cache, where llama.cpp's -hf downloads), lmstudio; comma-separated or repeated. With no model "
+                  "named any way, all three at their default places")
+      ->take_all();
+  sub->add_option("--ollama-models", a->ollama_models, "Ollama's store (default: $OLLAMA_MODELS, ~/.ollama/models)");
+  sub->add_option("--hf-cache", a->hf_cache,
+                  "the Hugging Face hub cache (default: $LLAMA_CACHE, $HF_HUB_CACHE, $HF_HOME/hub, ~/.cache/huggingface/hub)");
+  sub->add_option("--lmstudio-models", a->lmstudio_models, "LM Studio's models folder (default: ~/.lmstudio/models)");
   sub->add_option("--config", a->config,
                   "a TOML file of models and each one's own settings (path, aliases, ctx, parallel, threads, "
                   "gpu_layers, chat_template, keep_alive, pin, preload, defaults); the flags are their defaults");

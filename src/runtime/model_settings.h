@@ -21,6 +21,8 @@ struct ModelSettings {
   std::optional<int32_t> n_gpu_layers;
   std::optional<std::chrono::milliseconds> keep_alive;
   std::optional<std::string> chat_template;  // a built-in name or template text
+  // The system message a chat that has none gets (Ollama's SYSTEM).
+  std::optional<std::string> system;
   bool preload = false;
   // Request fields a request that leaves them out gets (temperature, top_p,
   // max_tokens, stop, ...): an object, checked as a request's are.

@@ -243,4 +243,13 @@ void parse_output_format(const json& j, CompletionRequest& r) {
   }
 }
 
+void add_default_system(ChatRequest& chat, const std::string& system) {
+  nlohmann::json messages = nlohmann::json::parse(chat.messages);
+  for (const nlohmann::json& m : messages) {
+    if (m.is_object() && m.contains("role") && (m["role"] == "system" || m["role"] == "developer")) return;
+  }
+  messages.insert(messages.begin(), nlohmann::json{{"role", "system"}, {"content", system}});
+  chat.messages = messages.dump();
+}
+
 }  // namespace reclaim::server

@@ -16,5 +16,8 @@ void parse_chat_fields(const nlohmann::json& j, CompletionRequest& r);
 // a schema is checked by making its grammar, which a completion (not a chat,
 // whose template makes its own) takes as r.generate.grammar.
 void parse_output_format(const nlohmann::json& j, CompletionRequest& r);
+// A model's default system message (its settings' `system`, Ollama's
+// SYSTEM) first in a chat that has no system or developer message.
+void add_default_system(ChatRequest& chat, const std::string& system);
 
 }  // namespace reclaim::server

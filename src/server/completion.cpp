@@ -31,6 +31,7 @@
 #include "engine/grammar_limits.h"
 #include "runtime/request_run.h"
 #include "server/answer.h"
+#include "server/chat_request.h"
 #include "server/connections.h"
 #include "server/http_errors.h"
 #include "server/json_fields.h"
@@ -364,6 +365,7 @@ void Server::complete(httplib::Response& res, const CompletionCall& call, std::s
   // leaves them out gets; the body is parsed once, with them.
   const ModelSettings settings = settings_if_known(call.model);
   run->req = call.parse(settings.request_defaults);
+  if (run->req.chat && settings.system) add_default_system(run->req.chat_input, *settings.system);
   run->chat_template = settings.chat_template.value_or(options_.chat_template);
   run->chat = run->req.chat;
   run->req.generate.grammar_token_time = options_.grammar_token_time;

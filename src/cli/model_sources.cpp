@@ -1,0 +1,228 @@
+#include "cli/model_sources.h"
+
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <set>
+
+#include "cli/config_file.h"
+#include "core/error.h"
+#include "engine/owners.h"
+#include "engine/test_model.h"
+
+namespace reclaim::cli {
+
+using nlohmann::json;
+
+namespace {
+
+bool is_file(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+// Every .gguf in --models-dir, named by its file.
+std::vector<ModelSpec> models_in_folder(const std::string& dir) {
+  std::vector<ModelSpec> out;
+  if (dir.empty()) return out;
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) throw Error("--models-dir '" + dir + "' cannot be read: " + std::strerror(errno));
+  std::vector<std::string> names;
+  while (dirent* e = ::readdir(d)) {
+    std::string n = e->d_name;
+    if (n.size() > 5 && n.substr(n.size() - 5) == ".gguf") names.push_back(n);
+  }
+  ::closedir(d);
+  std::sort(names.begin(), names.end());
+  for (const std::string& n : names) out.push_back({n.substr(0, n.size() - 5), dir + "/" + n, false});
+  return out;
+}
+
+std::vector<ModelSpec> models_in_config(const std::string& file) {
+  std::vector<ModelSpec> out;
+  if (file.empty()) return out;
+  for (ModelSpec& m : read_serve_config(file).models) {
+    try {
+      check_model_file(m.path);
+    } catch (const std::exception& e) {
+      throw Error(file + ": models." + m.name + ".path: " + e.what());
+    }
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+// When the folder's entries last changed (its mtime and ctime, in ns).
+std::string folder_stamp(const std::string& dir) {
+  struct stat st {};
+  if (dir.empty() || ::stat(dir.c_str(), &st) != 0) return "";
+  return std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec) + "/" +
+         std::to_string(st.st_ctim.tv_sec) + "." + std::to_string(st.st_ctim.tv_nsec);
+}
+
+}  // namespace
+
+std::vector<ModelSpec> models_from_flags(const std::vector<std::string>& models) {
+  std::vector<ModelSpec> out;
+  for (const std::string& m : models) {
+    std::string path = m, alias;
+    if (const size_t at = m.find(".gguf:"); at != std::string::npos) {
+      path = m.substr(0, at + 5);
+      alias = m.substr(at + 6);
+    } else if (const size_t colon = m.rfind(':');
+               colon != std::string::npos && m.find('/', colon) == std::string::npos && !is_file(m)) {
+      path = m.substr(0, colon);
+      alias = m.substr(colon + 1);
+    }
+    check_model_file(path);
+    if (alias.empty()) {
+      alias = path.substr(path.find_last_of('/') + 1);
+      if (alias.size() > 5 && alias.substr(alias.size() - 5) == ".gguf") alias.resize(alias.size() - 5);
+    }
+    out.push_back({alias, path, false});
+  }
+  return out;
+}
+
+ModelSpec store_model_spec(const StoreModel& m, StoreKind kind, std::vector<std::string>& skipped) {
+  ModelSpec spec;
+  spec.name = m.name;
+  spec.path = m.path;
+  spec.settings.aliases = m.aliases;
+  if (!m.system.empty()) spec.settings.system = m.system;
+  // Ollama's PARAMETER names and the request fields they are.
+  static const std::vector<std::pair<const char*, const char*>> kSame = {
+      {"stop", "stop"},       {"temperature", "temperature"}, {"top_p", "top_p"},
+      {"top_k", "top_k"},     {"min_p", "min_p"},             {"seed", "seed"},
+      {"repeat_penalty", "repeat_penalty"}, {"presence_penalty", "presence_penalty"},
+      {"frequency_penalty", "frequency_penalty"}, {"num_predict", "max_tokens"}};
+  const std::string who = std::string(store_name(kind)) + ": " + m.name + ": ";
+  for (const auto& [param, field] : kSame) {
+    if (!m.params.contains(param)) continue;
+    json value = m.params[param];
+    if (std::string(param) == "num_predict" && value.is_number_integer() && value.get<int64_t>() < 0) continue;  // unbounded
+    if (const std::string why = request_default_refusal(field, value); !why.empty()) {
+      skipped.push_back(who + "parameter " + param + " left out: " + why);
+      continue;
+    }
+    spec.settings.request_defaults[field] = std::move(value);
+  }
+  if (m.params.contains("num_ctx")) {
+    const json& n = m.params["num_ctx"];
+    if (n.is_number_integer() && n.get<int64_t>() >= 16 && n.get<int64_t>() <= (1 << 24)) {
+      spec.settings.n_ctx = n.get<int32_t>();
+    } else {
+      skipped.push_back(who + "parameter num_ctx left out: it must be an integer 16.." + std::to_string(1 << 24));
+    }
+  }
+  return spec;
+}
+
+ModelSources::ModelSources(SourceArgs a) : a_(std::move(a)), flags_(models_from_flags(a_.models)) {
+  now_ = read_changing(nullptr);
+  empty_at_start_ = flags_.empty() && now_.folder.empty() && now_.config.empty() && now_.stores.empty();
+}
+
+std::string ModelSources::stores_stamp() const {
+  std::string s;
+  for (const Store& st : a_.stores) s += store_stamp(st) + "|";
+  return s;
+}
+
+ModelSources::Read ModelSources::read_changing(const std::vector<ModelSpec>* config) const {
+  Read r;
+  // Stamped before they are read, so that a change while they are read
+  // changes the stamp again.
+  r.folder_stamp = folder_stamp(a_.models_dir);
+  r.stores_stamp = stores_stamp();
+  r.folder = models_in_folder(a_.models_dir);
+  r.config = config ? *config : models_in_config(a_.config);
+  // The names the flags, the folder and the file gave, and each store's in turn.
+  std::set<std::string> taken;
+  using List = const std::vector<ModelSpec>*;
+  for (List list : {List(&flags_), List(&r.folder), List(&r.config)}) {
+    for (const ModelSpec& m : *list) {
+      taken.insert(m.name);
+      taken.insert(m.settings.aliases.begin(), m.settings.aliases.end());
+    }
+  }
+  for (const Store& st : a_.stores) {
+    std::vector<std::string> skipped;
+    for (const StoreModel& m : scan_store(st, skipped)) {
+      ModelSpec spec = store_model_spec(m, st.kind, skipped);
+      try {
+        Registry::check_name(spec.name);
+      } catch (const std::exception& e) {
+        skipped.push_back(std::string(store_name(st.kind)) + ": " + spec.name + ": " + e.what());
+        continue;
+      }
+      if (taken.count(spec.name)) {
+        skipped.push_back(std::string(store_name(st.kind)) + ": " + spec.name + ": the name is another model's already");
+        continue;
+      }
+      std::vector<std::string> aliases;
+      for (const std::string& alias : spec.settings.aliases) {
+        if (taken.insert(alias).second) aliases.push_back(alias);
+      }
+      spec.settings.aliases = std::move(aliases);
+      taken.insert(spec.name);
+      r.stores.push_back(std::move(spec));
+    }
+    for (const std::string& line : skipped) std::fprintf(stderr, "reclaim: --models-from %s\n", line.c_str());
+  }
+  return r;
+}
+
+std::vector<ModelSpec> ModelSources::all() const {
+  std::lock_guard lock(mu_);
+  return all_locked(now_);
+}
+
+std::vector<ModelSpec> ModelSources::all_locked(const Read& r) const {
+  std::vector<ModelSpec> out = flags_;
+  using List = const std::vector<ModelSpec>*;
+  for (List list : {List(&r.folder), List(&r.config), List(&r.stores)}) out.insert(out.end(), list->begin(), list->end());
+  if (out.empty()) out.push_back({"test", default_test_model(), false});
+  for (const std::string& pin : a_.pins) {
+    auto it = std::find_if(out.begin(), out.end(), [&](const ModelSpec& s) { return s.name == pin; });
+    if (it == out.end()) throw Error("--pin " + pin + ": no model of that name");
+    it->pinned = true;
+  }
+  return out;
+}
+
+Registry::Reconfigured ModelSources::reload(Registry& registry) {
+  std::lock_guard lock(mu_);
+  Read r = read_changing(nullptr);
+  const Registry::Reconfigured done = registry.reconfigure(all_locked(r));
+  now_ = std::move(r);
+  return done;
+}
+
+bool ModelSources::rescan(Registry& registry) {
+  if (!can_grow()) return false;
+  std::lock_guard lock(mu_);
+  if (folder_stamp(a_.models_dir) == now_.folder_stamp && stores_stamp() == now_.stores_stamp) return false;
+  try {
+    Read r = read_changing(&now_.config);  // the file is read again on SIGHUP only
+    if (r.folder == now_.folder && r.stores == now_.stores) {
+      now_.folder_stamp = r.folder_stamp;
+      now_.stores_stamp = r.stores_stamp;
+      return false;
+    }
+    const Registry::Reconfigured done = registry.reconfigure(all_locked(r));
+    now_ = std::move(r);
+    const char* from = a_.stores.empty() ? "--models-dir" : a_.models_dir.empty() ? "--models-from" : "--models-dir, --models-from";
+    std::fprintf(stderr, "reclaim: %s: %d models added, %d removed\n", from, done.added, done.removed);
+    return done.added > 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "reclaim: --models-dir, --models-from: %s\n", e.what());
+    return false;
+  }
+}
+
+}  // namespace reclaim::cli

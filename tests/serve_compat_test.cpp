@@ -432,3 +432,31 @@ TEST(ServeCompat, TokenizeDetokenizeAndApplyTemplateAnswerAsLlamaServers) {
   s.post("/v1/models/unload", {{"model", "only"}});
   s.expect_clean();
 }
+
+// llama-server's /completion reports what it ran with: generation_settings
+// (ignore_eos's bans of every end-of-generation token as biases of null,
+// i.e. -inf), the prompt as its tokens read, and response_fields cutting the
+// reply to the paths asked for.
+TEST(ServeCompat, ACompletionSaysWhatItRanWithAndIgnoreEosBansTheEndTokens) {
+  Served s;
+  const json body = {{"model", "spm"}, {"prompt", "Once upon a time"}, {"n_predict", 8}, {"temperature", 0}};
+  const json plain = s.post_json("/completion", body);
+  EXPECT_EQ(plain["generation_settings"]["n_predict"], 8) << plain.dump();
+  EXPECT_EQ(plain["generation_settings"]["ignore_eos"], false);
+  EXPECT_EQ(plain["generation_settings"]["logit_bias"], json::array());
+  EXPECT_EQ(plain["prompt"], "<s> Once upon a time");  // spm adds BOS; its pieces start with a space
+  const json ignoring = s.post_json("/completion", with(body, {{"ignore_eos", true}}));
+  const json bias = ignoring["generation_settings"]["logit_bias"];
+  ASSERT_FALSE(bias.empty()) << ignoring.dump();
+  for (const json& b : bias) EXPECT_TRUE(b["bias"].is_null()) << b.dump();
+  // The end token (id 2 in llama's spm vocabulary) is among them.
+  EXPECT_NE(bias.dump().find("\"token\":2}"), std::string::npos) << bias.dump();
+  EXPECT_EQ(ignoring["tokens_predicted"], 8) << ignoring.dump();
+  const json cut = s.post_json("/completion", with(body, {{"response_fields", {"content", "generation_settings/n_predict", "prompt", "nope/x"}}}));
+  EXPECT_EQ(cut.size(), 3u) << cut.dump();
+  EXPECT_EQ(cut["generation_settings/n_predict"], 8);
+  EXPECT_EQ(cut["content"], plain["content"]);
+  expect_error(s.post("/completion", with(body, {{"response_fields", "content"}})), 400, "response_fields");
+  expect_error(s.post("/completion", with(body, {{"ignore_eos", "yes"}})), 400, "ignore_eos");
+  s.expect_clean();
+}

@@ -50,7 +50,13 @@ class Answer {
 std::unique_ptr<Answer> openai_answer(const CompletionRequest& req);
 // llama-server's own (server/native_answer.cpp); the generated token ids
 // are in the whole reply when `return_tokens`.
-std::unique_ptr<Answer> native_answer(const CompletionRequest& req, bool return_tokens);
+struct NativeOptions {
+  bool return_tokens = false;  // the generated ids in the whole reply's "tokens"
+  // llama-server's response_fields: the whole reply cut to these fields,
+  // each a path ("generation_settings/n_predict") and named by it.
+  std::vector<std::string> response_fields;
+};
+std::unique_ptr<Answer> native_answer(const CompletionRequest& req, const NativeOptions& options);
 
 // One server-sent event of `j`, as OpenAI's and llama-server's streams send
 // them.

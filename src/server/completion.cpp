@@ -18,7 +18,9 @@
 // Retry-After when not.
 #include <httplib.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <chrono>
 #include <mutex>
 #include <optional>
@@ -178,8 +180,17 @@ void prepare(Running& run) {
                                   std::to_string(n_vocab));
     }
   }
+  if (run.req.ignore_eos) {
+    // As llama-server does: each end-of-generation token's logit is -inf.
+    for (llama_token t = 0; t < n_vocab; ++t) {
+      if (llama_vocab_is_eog(model.vocab(), t)) g.sampling.logit_bias.push_back({t, -INFINITY});
+    }
+  }
   // The model's own context a sequence, as its batch was made.
   g.prompt_tokens = prompt_tokens(model.vocab(), g, model.batcher()->n_ctx_seq());
+  if (run.req.native_probs) {
+    for (llama_token t : g.prompt_tokens) run.req.prompt_shown += token_piece(model.vocab(), t, true);
+  }
 }
 
 // On the model's batch (the registry starts one with every load), with the
@@ -481,7 +492,15 @@ void take_n_probs(json& body) {
 // taken into the body, and its reply's shape. `body` outlives the call.
 Server::CompletionCall Server::native_call(json& body, std::optional<InfillInput> infill) {
   const bool unbounded = take_n_predict(body);
-  const bool return_tokens = has_field(body, "return_tokens") && get_field<bool>(body, "return_tokens", "true or false");
+  NativeOptions o;
+  o.return_tokens = has_field(body, "return_tokens") && get_field<bool>(body, "return_tokens", "true or false");
+  if (has_field(body, "response_fields")) {
+    const json& f = body["response_fields"];
+    if (!f.is_array() || !std::all_of(f.begin(), f.end(), [](const json& e) { return e.is_string(); })) {
+      bad_field("response_fields", "'response_fields' must be an array of field paths (\"generation_settings/n_predict\")");
+    }
+    o.response_fields = f.get<std::vector<std::string>>();
+  }
   take_n_probs(body);
   return {named_model(body),
           [&body, unbounded, infill = std::move(infill)](const json& defaults) {
@@ -491,7 +510,7 @@ Server::CompletionCall Server::native_call(json& body, std::optional<InfillInput
             r.infill = infill;
             return r;
           },
-          [return_tokens](const CompletionRequest& r) { return native_answer(r, return_tokens); }};
+          [o](const CompletionRequest& r) { return native_answer(r, o); }};
 }
 
 void Server::native_completion(const httplib::Request& req, httplib::Response& res) {

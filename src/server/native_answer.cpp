@@ -3,6 +3,9 @@
 // stream, the same objects as server-sent events without a [DONE].
 #include <httplib.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "server/answer.h"
 #include "server/http_errors.h"
 
@@ -26,11 +29,28 @@ const char* stop_type(FinishReason f) {
 
 class NativeAnswer : public Answer {
  public:
-  NativeAnswer(const CompletionRequest& req, bool return_tokens) : req_(req), return_tokens_(return_tokens) {}
+  NativeAnswer(const CompletionRequest& req, NativeOptions options) : req_(req), options_(std::move(options)) {}
 
   void send_error(httplib::Response& res, const ApiError& e) const override { server::send_error(res, e); }
 
-  std::string whole(const GenerateResult& r, const ChatReply*, const json& logprobs) override { return last(r, logprobs).dump(); }
+  std::string whole(const GenerateResult& r, const ChatReply*, const json& logprobs) override {
+    json j = last(r, logprobs);
+    if (options_.response_fields.empty()) return j.dump();
+    // As llama-server cuts it: each path's value under the path's name; a
+    // path that leads nowhere is left out.
+    json cut = json::object();
+    for (const std::string& path : options_.response_fields) {
+      const json* at = &j;
+      for (size_t from = 0; at && from <= path.size();) {
+        const size_t slash = std::min(path.find('/', from), path.size());
+        const std::string key = path.substr(from, slash - from);
+        at = at->is_object() && at->contains(key) ? &(*at)[key] : nullptr;
+        from = slash + 1;
+      }
+      if (at) cut[path] = *at;
+    }
+    return cut.dump();
+  }
 
   const char* stream_type() const override { return "text/event-stream"; }
   std::string waiting() const override { return ": waiting for model '" + req_.model + "'\n\n"; }
@@ -55,7 +75,7 @@ class NativeAnswer : public Answer {
   json last(const GenerateResult& r, const json& logprobs) const {
     json j = {{"index", 0},
               {"content", r.text},
-              {"tokens", return_tokens_ ? json(r.tokens) : json::array()},
+              {"tokens", options_.return_tokens ? json(r.tokens) : json::array()},
               {"id_slot", -1},
               {"stop", true},
               {"model", req_.model},
@@ -66,19 +86,48 @@ class NativeAnswer : public Answer {
               {"truncated", false},
               {"stop_type", stop_type(r.finish)},
               {"stopping_word", r.stop},
-              {"timings", timings_json(r)}};
+              {"timings", timings_json(r)},
+              {"prompt", req_.prompt_shown},
+              {"generation_settings", settings()}};
     if (!logprobs.is_null() && !logprobs.empty()) j["completion_probabilities"] = logprobs;
     return j;
   }
 
+  // What the generation ran with, in llama-server's names; a bias of -inf
+  // (ignore_eos's) is null, as llama-server writes it.
+  json settings() const {
+    const GenerateRequest& g = req_.generate;
+    const SamplingParams& s = g.sampling;
+    json bias = json::array();
+    for (const llama_logit_bias& b : s.logit_bias) {
+      bias.push_back({{"token", b.token}, {"bias", std::isfinite(b.bias) ? json(b.bias) : json()}});
+    }
+    return {{"n_predict", g.max_tokens},
+            {"seed", s.seed},
+            {"temperature", s.temperature},
+            {"top_k", s.top_k},
+            {"top_p", s.top_p},
+            {"min_p", s.min_p},
+            {"repeat_last_n", s.repeat_last_n},
+            {"repeat_penalty", s.repeat_penalty},
+            {"presence_penalty", s.presence_penalty},
+            {"frequency_penalty", s.frequency_penalty},
+            {"stop", g.stop},
+            {"ignore_eos", req_.ignore_eos},
+            {"logit_bias", bias},
+            {"n_probs", std::max(0, g.logprobs)},
+            {"stream", req_.stream},
+            {"cache_prompt", g.cache_prompt}};
+  }
+
   const CompletionRequest& req_;
-  bool return_tokens_;
+  const NativeOptions options_;
 };
 
 }  // namespace
 
-std::unique_ptr<Answer> native_answer(const CompletionRequest& req, bool return_tokens) {
-  return std::make_unique<NativeAnswer>(req, return_tokens);
+std::unique_ptr<Answer> native_answer(const CompletionRequest& req, const NativeOptions& options) {
+  return std::make_unique<NativeAnswer>(req, options);
 }
 
 }  // namespace reclaim::server

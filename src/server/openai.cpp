@@ -340,6 +340,7 @@ CompletionRequest parse_completion_request(json j, bool chat, const json& defaul
     r.generate.cache_prompt = get_field<bool>(j, "cache_prompt", "true or false");
   }
   if (j.contains("keep_alive") && !j["keep_alive"].is_null()) r.keep_alive_ms = parse_duration_ms(j["keep_alive"], "keep_alive");
+  if (has_field(j, "ignore_eos")) r.ignore_eos = get_field<bool>(j, "ignore_eos", "true or false");
   return r;
 }
 

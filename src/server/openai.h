@@ -60,6 +60,12 @@ struct CompletionRequest {
   std::optional<int64_t> keep_alive_ms;  // Ollama's keep_alive ("5m", seconds, -1)
   std::optional<InfillInput> infill;  // llama-server's /infill: `prompt` is the middle's start
   bool native_probs = false;  // llama-server's completion_probabilities, not OpenAI's logprobs
+  // llama-server's ignore_eos: every end-of-generation token banned (a bias
+  // of -inf, added once the model's vocabulary is known).
+  bool ignore_eos = false;
+  // llama-server's "prompt" of a /completion reply: the prompt's tokens as
+  // text, special ones included (set once the prompt is tokenized).
+  std::string prompt_shown;
 };
 
 // Throws ApiException (400) naming the field that is wrong. `defaults`: the

@@ -34,8 +34,9 @@ struct Result {
 
 inline int exit_code(int st) { return WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 128 + WTERMSIG(st) : -1; }
 
-inline Result run(const std::string& args) {
-  std::string cmd = std::string(RECLAIM_BIN) + " " + args + " 2>&1";
+// `env` ("NAME=VALUE ..."): set for this run only.
+inline Result run_with_env(const std::string& env, const std::string& args) {
+  std::string cmd = (env.empty() ? "" : "env " + env + " ") + std::string(RECLAIM_BIN) + " " + args + " 2>&1";
   Result r;
   std::FILE* p = ::popen(cmd.c_str(), "r");
   if (!p) return r;
@@ -45,6 +46,8 @@ inline Result run(const std::string& args) {
   r.status = exit_code(::pclose(p));
   return r;
 }
+
+inline Result run(const std::string& args) { return run_with_env("", args); }
 
 // A reclaim process with stdout and stderr on pipes, for tests that signal it
 // while it runs.

@@ -15,5 +15,6 @@ Command add_make_test_model(CLI::App& app);
 Command add_run(CLI::App& app);
 Command add_serve(CLI::App& app);
 Command add_ps(CLI::App& app);
+Command add_pull(CLI::App& app);
 
 }  // namespace reclaim::cli

@@ -32,6 +32,7 @@ int main(int argc, char** argv) {
   };
   add(reclaim::cli::add_serve);
   add(reclaim::cli::add_ps);
+  add(reclaim::cli::add_pull);
   add(reclaim::cli::add_run);
   add(reclaim::cli::add_audit);
   add(reclaim::cli::add_make_test_model);

@@ -193,7 +193,7 @@ SourceArgs source_args(const Args& a) {
     if (!root->empty() && std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
   }
   const bool named_any = !a.models.empty() || !a.models_dir.empty() || !a.config.empty() || !names.empty();
-  if (!named_any) names = {"ollama", "hf", "lmstudio"};
+  if (!named_any) names = {"pulled", "ollama", "hf", "lmstudio"};
   for (const std::string& name : names) {
     Store st{store_kind(name), ""};
     for (const auto& [n, root] : roots) {
@@ -358,8 +358,8 @@ Command add_serve(CLI::App& app) {
   sub->add_option("--models-dir", a->models_dir, "serve every .gguf in this folder, named by file");
   sub->add_option("--models-from", a->models_from,
                   "serve the models other tools keep, where they lie: ollama (Ollama's store), hf (the Hugging Face "
-                  "cache, where llama.cpp's -hf downloads), lmstudio; comma-separated or repeated. With no model "
-                  "named any way, all three at their default places")
+                  "cache, where llama.cpp's -hf downloads), lmstudio, and pulled (reclaim pull's); comma-separated "
+                  "or repeated. With no model named any way, all four at their default places")
       ->take_all();
   sub->add_option("--ollama-models", a->ollama_models, "Ollama's store (default: $OLLAMA_MODELS, ~/.ollama/models)");
   sub->add_option("--hf-cache", a->hf_cache,

@@ -8,20 +8,23 @@
 #include <regex>
 
 #include "core/error.h"
+#include "runtime/stores/pull.h"
 
 namespace reclaim {
 
 namespace fs = std::filesystem;
 
 StoreKind store_kind(const std::string& name) {
+  if (name == "pulled") return StoreKind::pulled;
   if (name == "ollama") return StoreKind::ollama;
   if (name == "hf") return StoreKind::hf;
   if (name == "lmstudio") return StoreKind::lmstudio;
-  throw Error("'" + name + "' is not a model store (ollama, hf or lmstudio)");
+  throw Error("'" + name + "' is not a model store (pulled, ollama, hf or lmstudio)");
 }
 
 const char* store_name(StoreKind kind) {
   switch (kind) {
+    case StoreKind::pulled: return "pulled";
     case StoreKind::ollama: return "ollama";
     case StoreKind::hf: return "hf";
     case StoreKind::lmstudio: return "lmstudio";
@@ -56,6 +59,7 @@ std::string first_existing(const std::vector<std::string>& candidates) {
 std::string default_store_root(StoreKind kind) {
   const std::string home = env("HOME");
   switch (kind) {
+    case StoreKind::pulled: return pulled_store_root();
     case StoreKind::ollama:
       if (const std::string e = env("OLLAMA_MODELS"); !e.empty()) return e;
       // A user's own install, then the Linux service's (its user's home).
@@ -79,6 +83,14 @@ std::string default_store_root(StoreKind kind) {
 std::vector<StoreModel> scan_store(const Store& store, std::vector<std::string>& skipped) {
   if (store.root.empty() || !is_dir(store.root)) return {};
   switch (store.kind) {
+    case StoreKind::pulled: {
+      // Hugging Face's models answer to the name they were pulled by too.
+      std::vector<StoreModel> models = stores::scan_ollama(store.root, skipped);
+      for (StoreModel& m : models) {
+        if (m.name.rfind("hf.co/", 0) == 0) m.aliases.push_back(m.name.substr(6));
+      }
+      return models;
+    }
     case StoreKind::ollama: return stores::scan_ollama(store.root, skipped);
     case StoreKind::hf: return stores::scan_hf(store.root, skipped);
     case StoreKind::lmstudio: return stores::scan_lmstudio(store.root, skipped);
@@ -92,7 +104,8 @@ std::string store_stamp(const Store& store) {
   // them. Bounded: a store of more entries than this is stamped by them.
   constexpr size_t kMaxEntries = 100000;
   std::error_code ec;
-  const std::string top = store.kind == StoreKind::ollama ? store.root + "/manifests" : store.root;
+  const bool manifests = store.kind == StoreKind::ollama || store.kind == StoreKind::pulled;
+  const std::string top = manifests ? store.root + "/manifests" : store.root;
   if (!is_dir(top)) return "absent";
   size_t seen = 0;
   uint64_t h = 1469598103934665603ull;

@@ -13,7 +13,8 @@
 
 namespace reclaim {
 
-enum class StoreKind { ollama, hf, lmstudio };
+// `pulled` is reclaim's own (runtime/stores/pull.h), laid out as Ollama's.
+enum class StoreKind { pulled, ollama, hf, lmstudio };
 
 struct Store {
   StoreKind kind;
@@ -30,12 +31,12 @@ struct StoreModel {
   std::string system;  // Ollama's system layer: the system message a chat without one gets
 };
 
-// "ollama", "hf" or "lmstudio"; Error for another.
+// "pulled", "ollama", "hf" or "lmstudio"; Error for another.
 StoreKind store_kind(const std::string& name);
 const char* store_name(StoreKind kind);
 // Where the tool keeps its models: its environment variable where it has
-// one (OLLAMA_MODELS; HF_HUB_CACHE, HF_HOME, ...), else the first of its
-// default places that exists, else the first of them.
+// one (RECLAIM_MODELS; OLLAMA_MODELS; HF_HUB_CACHE, HF_HOME, ...), else the
+// first of its default places that exists, else the first of them.
 std::string default_store_root(StoreKind kind);
 
 // The store's models. A root that does not exist holds none. Each model

@@ -1,0 +1,170 @@
+// `reclaim pull` against registries on loopback that speak Ollama's and
+// Hugging Face's protocol: a pull that serve then serves, a resumed pull, a
+// corrupted blob refused, a dropped connection, a redirect to a blob host,
+// HTTPS checked against the machine's authorities, a name not there, and a
+// pulled model deleted.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "fake_registry.h"
+#include "served.h"
+#include "store_layouts.h"
+#include "temp_path.h"
+
+using namespace reclaim::testing;
+using nlohmann::json;
+
+namespace {
+
+std::vector<std::string> files_under(const std::string& root) {
+  std::vector<std::string> out;
+  if (!std::filesystem::exists(root)) return out;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(root)) {
+    if (e.is_regular_file()) out.push_back(std::filesystem::relative(e.path(), root).string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+bool any_partial(const std::string& root) {
+  for (const std::string& f : files_under(root)) {
+    if (f.find("-partial") != std::string::npos) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+TEST(Pull, AModelPulledIsServedUnderItsNameAndDeletedWithItsBlobs) {
+  FakeRegistry reg;
+  const std::string model = read_bytes(spm());
+  reg.add_model("library/tiny:latest", {{"model", model}, {"params", R"({"num_predict":3})"}, {"system", "Be brief."}});
+  const std::string store = temp_path("pulled");
+  const Result r = run("pull --insecure --store " + store + " " + reg.host() + "/library/tiny");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("pulled '" + reg.host() + "/library/tiny'"), std::string::npos) << r.out;
+  EXPECT_TRUE(std::filesystem::exists(store + "/manifests/" + reg.host() + "/library/tiny/latest"));
+  EXPECT_EQ(read_bytes(store + "/blobs/sha256-" + sha256_hex(model)), model);
+  EXPECT_FALSE(any_partial(store));
+  // Not a terminal: plain lines, the last at 100%.
+  EXPECT_NE(r.out.find("100%"), std::string::npos) << r.out;
+  // Again: nothing to fetch.
+  const Result again = run("pull --insecure --store " + store + " " + reg.host() + "/library/tiny");
+  ASSERT_EQ(again.status, 0) << again.out;
+  EXPECT_NE(again.out.find("(0 B fetched)"), std::string::npos) << again.out;
+
+  {
+    ::setenv("RECLAIM_MODELS", store.c_str(), 1);
+    Served s({"--models-from", "pulled"}, false);
+    const std::string name = reg.host() + "/library/tiny:latest";
+    const json reply = s.post_json("/v1/chat/completions", {{"model", name}, {"messages", {{{"role", "user"}, {"content", "Hi"}}}}});
+    EXPECT_LE(reply["usage"]["completion_tokens"].get<int>(), 3) << reply.dump();  // its params' num_predict
+    s.post("/v1/models/unload", {{"model", name}});
+    s.expect_clean();
+  }
+
+  const Result del = run("pull --delete --store " + store + " " + reg.host() + "/library/tiny");
+  ASSERT_EQ(del.status, 0) << del.out;
+  EXPECT_EQ(files_under(store + "/blobs"), std::vector<std::string>{}) << "every blob was only this model's";
+  EXPECT_EQ(run("pull --delete --store " + store + " " + reg.host() + "/library/tiny").status, 2);
+}
+
+TEST(Pull, ADroppedTransferIsContinuedWhereItStoppedAndBadBytesAreRefused) {
+  FakeRegistry reg;
+  const std::string model = read_bytes(bpe());
+  reg.add_model("library/tiny:q8", {{"model", model}});
+  const std::string store = temp_path("pulled-resume"), name = reg.host() + "/library/tiny:q8";
+
+  reg.set_mode(FakeRegistry::Mode::drop_halfway);
+  const Result dropped = run("pull --insecure --store " + store + " " + name);
+  EXPECT_EQ(dropped.status, 1) << dropped.out;
+  EXPECT_NE(dropped.out.find("pull again to go on"), std::string::npos) << dropped.out;
+  EXPECT_FALSE(std::filesystem::exists(store + "/manifests/" + reg.host() + "/library/tiny/q8")) << "nothing half-written is served";
+  // The first blob (the config's) stopped halfway and is kept.
+  std::string partial;
+  for (const std::string& f : files_under(store)) {
+    if (f.find("-partial") != std::string::npos) partial = store + "/" + f;
+  }
+  ASSERT_FALSE(partial.empty()) << dropped.out;
+  const auto kept = std::filesystem::file_size(partial);
+  EXPECT_GT(kept, 0u);
+
+  reg.set_mode(FakeRegistry::Mode::normal);
+  const Result resumed = run("pull --insecure --store " + store + " " + name);
+  ASSERT_EQ(resumed.status, 0) << resumed.out;
+  EXPECT_EQ(read_bytes(store + "/blobs/sha256-" + sha256_hex(model)), model);
+  ASSERT_FALSE(reg.ranges().empty());
+  EXPECT_EQ(reg.ranges().back(), "bytes=" + std::to_string(kept) + "-");
+  EXPECT_FALSE(any_partial(store));
+
+  // Other bytes than the digest names: refused, and nothing of them kept.
+  reg.add_model("library/other:latest", {{"model", model + "x"}});
+  reg.set_mode(FakeRegistry::Mode::corrupt);
+  const std::string store2 = temp_path("pulled-corrupt");
+  const Result corrupt = run("pull --insecure --store " + store2 + " " + reg.host() + "/library/other");
+  EXPECT_EQ(corrupt.status, 1) << corrupt.out;
+  EXPECT_NE(corrupt.out.find("other bytes"), std::string::npos) << corrupt.out;
+  for (const std::string& f : files_under(store2)) {
+    EXPECT_EQ(f.find("manifests"), std::string::npos) << f;
+    EXPECT_EQ(f.find(sha256_hex(model + "x")), std::string::npos) << f;
+  }
+
+  // A disk that takes no more (a file size limit: the same failed write as a
+  // full disk's): the error says so, the part written is kept, no manifest.
+  reg.set_mode(FakeRegistry::Mode::normal);
+  const std::string store3 = temp_path("pulled-full");
+  const std::string sh = "sh -c \"ulimit -f 4; trap '' XFSZ; exec " + std::string(RECLAIM_BIN) + " pull --insecure --store " +
+                         store3 + " " + name + "\" 2>&1";
+  std::FILE* p = ::popen(sh.c_str(), "r");
+  ASSERT_TRUE(p);
+  std::string out;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  EXPECT_EQ(exit_code(::pclose(p)), 1) << out;
+  EXPECT_NE(out.find("cannot write"), std::string::npos) << out;
+  EXPECT_NE(out.find("pull again to go on"), std::string::npos) << out;
+  EXPECT_FALSE(std::filesystem::exists(store3 + "/manifests"));
+
+  // A name the registry does not have; a name that is not one.
+  reg.set_mode(FakeRegistry::Mode::normal);
+  const Result missing = run("pull --insecure --store " + store + " " + reg.host() + "/library/nope:1b");
+  EXPECT_EQ(missing.status, 2) << missing.out;
+  EXPECT_NE(missing.out.find("is not a model"), std::string::npos) << missing.out;
+  const Result bad = run("pull --store " + store + " 'a/b/c/d:e'");
+  EXPECT_EQ(bad.status, 2) << bad.out;
+  EXPECT_NE(bad.out.find("not a model name"), std::string::npos) << bad.out;
+  const Result unreachable = run("pull --insecure --store " + store + " 127.0.0.1:1/library/tiny");
+  EXPECT_EQ(unreachable.status, 1) << unreachable.out;
+  EXPECT_NE(unreachable.out.find("cannot reach"), std::string::npos) << unreachable.out;
+}
+
+TEST(Pull, BlobsRedirectedToAnotherHostAndHttpsCheckedAgainstTheAuthorities) {
+  FakeRegistry reg, cdn;
+  const std::string model = read_bytes(spm());
+  reg.add_model("org/repo:Q8_0", {{"model", model}});
+  reg.share_blobs_with(cdn);
+  reg.redirect_blobs_to(&cdn);
+  reg.set_mode(FakeRegistry::Mode::redirect);
+  const std::string store = temp_path("pulled-redirect");
+  const Result r = run("pull --insecure --store " + store + " " + reg.host() + "/org/repo:Q8_0");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(read_bytes(store + "/blobs/sha256-" + sha256_hex(model)), model);
+
+  // HTTPS: a certificate no authority signed is refused; trusted (as the
+  // system's authorities are, through SSL_CERT_FILE), it is taken.
+  const std::string cert = temp_path("registry-cert.pem"), key = temp_path("registry-key.pem");
+  const std::string cmd = "openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=localhost -addext "
+                          "subjectAltName=DNS:localhost,IP:127.0.0.1 -keyout " + key + " -out " + cert + " >/dev/null 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  FakeRegistry tls(cert, key);
+  tls.add_model("library/tiny:latest", {{"model", model}});
+  const std::string tls_store = temp_path("pulled-tls"), name = "localhost:" + std::to_string(tls.port()) + "/library/tiny";
+  const Result untrusted = run("pull --store " + tls_store + " " + name);
+  EXPECT_EQ(untrusted.status, 1) << untrusted.out;
+  EXPECT_NE(untrusted.out.find("certificate"), std::string::npos) << untrusted.out;
+  const Result ok = run_with_env("SSL_CERT_FILE=" + cert, "pull --store " + tls_store + " " + name);
+  ASSERT_EQ(ok.status, 0) << ok.out;
+  EXPECT_EQ(read_bytes(tls_store + "/blobs/sha256-" + sha256_hex(model)), model);
+}

@@ -33,7 +33,7 @@ std::vector<Bad> corpus() {
     out.push_back({"body " + b.substr(0, 24), chat_path, b});
     out.push_back({"body " + b.substr(0, 24), "/v1/models/load", b});
     for (const char* path : {"/tokenize", "/detokenize", "/apply-template", "/v1/messages", "/v1/messages/count_tokens", "/v1/responses",
-                             "/completion"}) {
+                             "/completion", "/rerank"}) {
       out.push_back({"body " + b.substr(0, 24), path, b});
     }
   }
@@ -58,6 +58,13 @@ std::vector<Bad> corpus() {
     field(chat_path, good_chat(), key, {"10", -1, 0, 1e30, 1.5, true, 99999999999LL, json::array()});
   }
   field(chat_path, good_chat(), "temperature", {"hot", -1, 3, 1e308, true, json::object()});
+  const json rerank = {{"model", "bpe"}, {"query", "q"}, {"documents", {"a", "b"}}};
+  field("/rerank", rerank, "query", {1, nullptr, json::array(), json::object()});
+  field("/rerank", rerank, "documents", {1, nullptr, "a", json::array(), json::array({1}), json::array({json::object()}),
+                                         json::array({json{{"text", 1}}})});
+  field("/rerank", rerank, "top_n", {0, -1, "2", 1.5, json::array()});
+  field("/rerank", rerank, "return_documents", {"yes", 1});
+  field("/rerank", rerank, "model", {1, "nope", "spm"});  // spm: not a reranker
   field(chat_path, good_chat(), "top_p", {0, 2, -0.5, "x", false});
   field(chat_path, good_chat(), "min_p", {-1, 2, "x"});
   field(chat_path, good_chat(), "top_k", {"x", 1.5, 1e20});
@@ -210,6 +217,13 @@ std::vector<Bad> ollama_corpus() {
   field("/api/embed", embed, "model", {1, "nope", nullptr});
   field("/api/embeddings", {{"model", "bpe"}, {"prompt", "x"}}, "prompt", {1, json::array({"a"}), nullptr});
   field("/api/show", {{"model", "bpe"}}, "model", {1, "nope", nullptr, "../x"});
+  // Names that are not one are refused before anything is fetched.
+  for (const std::string& b : std::vector<std::string>{"", "{", "[]", "null", std::string(100000, '[')}) {
+    out.push_back({"/api/pull body " + b.substr(0, 24), "/api/pull", b});
+  }
+  field("/api/pull", {{"model", "x"}}, "model", {1, nullptr, "", "../x", "a/b/c/d", "x y", "x:../y", std::string(10000, 'm')});
+  field("/api/pull", {{"model", "a/b/c/d"}}, "insecure", {"yes", 1});
+  field("/api/pull", {{"model", "a/b/c/d"}}, "stream", {"yes", 1});
   return out;
 }
 

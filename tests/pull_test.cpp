@@ -168,3 +168,39 @@ TEST(Pull, BlobsRedirectedToAnotherHostAndHttpsCheckedAgainstTheAuthorities) {
   ASSERT_EQ(ok.status, 0) << ok.out;
   EXPECT_EQ(read_bytes(tls_store + "/blobs/sha256-" + sha256_hex(model)), model);
 }
+
+// Ollama's POST /api/pull as ollama-js's pull() reads it (its progress, a
+// line at a time), the model served at once after, DELETE /api/delete.
+TEST(Pull, OllamaJsPullsThroughTheServerWithItsProgressAndDeletes) {
+  const std::string client = RECLAIM_OLLAMA_CLIENT;
+  ASSERT_FALSE(client.empty()) << "built without RECLAIM_OLLAMA_CLIENT: run scripts/setup";
+  FakeRegistry reg;
+  const std::string model = read_bytes(spm());
+  reg.add_model("library/tiny:latest", {{"model", model}});
+  const std::string store = temp_path("pulled-api");
+  ::setenv("RECLAIM_MODELS", store.c_str(), 1);
+  Served s({"-m", bpe() + ":bpe"}, false);
+  const std::string name = reg.host() + "/library/tiny:latest";
+  int status = 0;
+  const std::string out = run_node_script(RECLAIM_OLLAMA_PULL_SCRIPT,
+                                          client + " http://127.0.0.1:" + std::to_string(s.port()) + " " + name, status);
+  ASSERT_EQ(status, 0) << out;
+  const json r = json::parse(out.substr(out.find('{')), nullptr, false);
+  ASSERT_FALSE(r.is_discarded()) << out;
+  EXPECT_EQ(r["statuses"].front(), "pulling manifest") << out;
+  EXPECT_EQ(r["statuses"].back(), "success") << out;
+  const json layer = r["layers"]["sha256:" + sha256_hex(model)];
+  EXPECT_EQ(layer["total"], model.size()) << out;
+  EXPECT_EQ(layer["completed"], model.size()) << out;
+  EXPECT_EQ(r["chat"]["done"], true) << out;
+  EXPECT_EQ(r["listed"], true) << out;
+  EXPECT_EQ(r["deleted"], "success") << out;
+  EXPECT_EQ(r["missing"]["status"], 404) << out;
+  EXPECT_FALSE(std::filesystem::exists(store + "/manifests/" + reg.host() + "/library/tiny/latest"));
+  EXPECT_EQ(files_under(store + "/blobs"), std::vector<std::string>{});
+  // Refused before a stream starts: a name that is not one.
+  auto bad = s.post("/api/pull", {{"model", "a/b/c/d"}});
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 400) << bad->body;
+  s.expect_clean();
+}

@@ -122,15 +122,29 @@ ModelSpec store_model_spec(const StoreModel& m, StoreKind kind, std::vector<std:
   return spec;
 }
 
-ModelSources::ModelSources(SourceArgs a) : a_(std::move(a)), flags_(models_from_flags(a_.models)) {
+ModelSources::ModelSources(SourceArgs a) : a_(std::move(a)), stores_(a_.stores), flags_(models_from_flags(a_.models)) {
   now_ = read_changing(nullptr);
   empty_at_start_ = flags_.empty() && now_.folder.empty() && now_.config.empty() && now_.stores.empty();
 }
 
 std::string ModelSources::stores_stamp() const {
   std::string s;
-  for (const Store& st : a_.stores) s += store_stamp(st) + "|";
+  for (const Store& st : stores_) s += store_stamp(st) + "|";
   return s;
+}
+
+bool ModelSources::can_grow() const {
+  std::lock_guard lock(mu_);
+  return !a_.models_dir.empty() || !stores_.empty();
+}
+
+void ModelSources::include(const Store& store) {
+  std::lock_guard lock(mu_);
+  for (const Store& s : stores_) {
+    if (s.kind == store.kind && s.root == store.root) return;
+  }
+  stores_.push_back(store);
+  now_.stores_stamp.clear();  // the next rescan reads it
 }
 
 ModelSources::Read ModelSources::read_changing(const std::vector<ModelSpec>* config) const {
@@ -150,7 +164,7 @@ ModelSources::Read ModelSources::read_changing(const std::vector<ModelSpec>* con
       taken.insert(m.settings.aliases.begin(), m.settings.aliases.end());
     }
   }
-  for (const Store& st : a_.stores) {
+  for (const Store& st : stores_) {
     std::vector<std::string> skipped;
     for (const StoreModel& m : scan_store(st, skipped)) {
       ModelSpec spec = store_model_spec(m, st.kind, skipped);
@@ -204,8 +218,8 @@ Registry::Reconfigured ModelSources::reload(Registry& registry) {
 }
 
 bool ModelSources::rescan(Registry& registry) {
-  if (!can_grow()) return false;
   std::lock_guard lock(mu_);
+  if (a_.models_dir.empty() && stores_.empty()) return false;
   if (folder_stamp(a_.models_dir) == now_.folder_stamp && stores_stamp() == now_.stores_stamp) return false;
   try {
     Read r = read_changing(&now_.config);  // the file is read again on SIGHUP only
@@ -216,7 +230,7 @@ bool ModelSources::rescan(Registry& registry) {
     }
     const Registry::Reconfigured done = registry.reconfigure(all_locked(r));
     now_ = std::move(r);
-    const char* from = a_.stores.empty() ? "--models-dir" : a_.models_dir.empty() ? "--models-from" : "--models-dir, --models-from";
+    const char* from = stores_.empty() ? "--models-dir" : a_.models_dir.empty() ? "--models-from" : "--models-dir, --models-from";
     std::fprintf(stderr, "reclaim: %s: %d models added, %d removed\n", from, done.added, done.removed);
     return done.added > 0;
   } catch (const std::exception& e) {

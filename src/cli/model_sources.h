@@ -42,7 +42,10 @@ class ModelSources {
   std::vector<ModelSpec> all() const;
   bool empty_at_start() const { return empty_at_start_; }
   // Whether a folder or a store may gain models while the server runs.
-  bool can_grow() const { return !a_.models_dir.empty() || !a_.stores.empty(); }
+  bool can_grow() const;
+  // A store read from now on too (the pulled store, once a pull put models
+  // there), unless it is read already.
+  void include(const Store& store);
 
   // SIGHUP: the file, the folder and the stores again. Throws, keeping the
   // settings before, where one is wrong or the registry refuses the new set.
@@ -63,6 +66,7 @@ class ModelSources {
 
   const SourceArgs a_;
   mutable std::mutex mu_;
+  std::vector<Store> stores_;  // a_.stores, and those included since
   const std::vector<ModelSpec> flags_;
   Read now_;
   bool empty_at_start_ = false;

@@ -28,6 +28,7 @@
 #include "engine/llama_runtime.h"
 #include "engine/test_model.h"
 #include "runtime/registry.h"
+#include "runtime/stores/pull.h"
 #include "server/openai.h"
 #include "server/server.h"
 
@@ -111,8 +112,14 @@ void serve_until_stopped(RegistryOptions opts, ModelSources& sources, server::Se
       throw Error("--default-model " + so.default_model + ": " + e.what());
     }
   }
-  // Only a folder or a store can hold models the server has not seen yet.
-  if (sources.can_grow()) so.rediscover = [&sources, &registry] { return sources.rescan(registry); };
+  // A folder or a store can hold models the server has not seen yet (a
+  // pull adds the pulled store, where it was not read).
+  so.rediscover = [&sources, &registry] { return sources.rescan(registry); };
+  so.pulled_store = pulled_store_root();
+  so.pulled = [&sources, &registry, root = so.pulled_store] {
+    sources.include({StoreKind::pulled, root});
+    (void)sources.rescan(registry);
+  };
   server::Server http(so, registry);
   const int port = http.bind();
   // The accept loop's thread, on the ledger. Whatever fails from here on,

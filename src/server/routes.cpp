@@ -95,6 +95,8 @@ const std::vector<Server::Route>& Server::route_table() {
       {"POST", "/api/generate", send_ollama_error, &Server::ollama_generate},
       {"POST", "/api/embed", send_ollama_error, &Server::ollama_embed},
       {"POST", "/api/embeddings", send_ollama_error, &Server::ollama_embeddings},
+      {"POST", "/api/pull", send_ollama_error, &Server::ollama_pull},
+      {"DELETE", "/api/delete", send_ollama_error, &Server::ollama_delete},
       // The dashboard (server/dashboard.cpp).
       {"GET", "/", send_error, &Server::dashboard_index},
       {"GET", "/dashboard/([A-Za-z0-9._-]+)", send_error, &Server::dashboard_file},
@@ -126,6 +128,10 @@ void Server::add_route(const Route& r) {
   };
   if (std::string_view(r.method) == "GET") {
     http_->Get(r.path, handle);
+    return;
+  }
+  if (std::string_view(r.method) == "DELETE") {  // a small JSON body, read by httplib (its size limit holds)
+    http_->Delete(r.path, handle);
     return;
   }
   // A body is read here rather than by httplib, which reads one sent as a

@@ -58,6 +58,11 @@ struct ServerOptions {
   // Asked on a request for a name the server does not have: looks for more
   // models (--models-dir again); true if it found some.
   std::function<bool()> rediscover;
+  // Where Ollama's POST /api/pull puts models (reclaim pull's store; empty:
+  // no pulls), and what makes the server's models include what it pulled
+  // or deleted there.
+  std::string pulled_store;
+  std::function<void()> pulled;
   int http_threads = 4;                // threads that stay; more start as connections come
   int max_connections = 512;           // connections served at once; more wait for a thread
   Millis read_timeout = std::chrono::seconds(10);  // to deliver a whole request (slowloris)
@@ -159,6 +164,9 @@ class Server {
   void ollama_generate(const httplib::Request& req, httplib::Response& res);
   void ollama_embed(const httplib::Request& req, httplib::Response& res);
   void ollama_embeddings(const httplib::Request& req, httplib::Response& res);
+  // Ollama's /api/pull and /api/delete (server/ollama_pull.cpp).
+  void ollama_pull(const httplib::Request& req, httplib::Response& res);
+  void ollama_delete(const httplib::Request& req, httplib::Response& res);
   // GET / and the dashboard's files (server/dashboard.cpp).
   void dashboard_index(const httplib::Request& req, httplib::Response& res);
   void dashboard_file(const httplib::Request& req, httplib::Response& res);
@@ -222,6 +230,7 @@ class Server {
   std::atomic<bool> pool_shut_{false};
   std::unique_ptr<ResourceHistory> history_;
   std::unique_ptr<httplib::Server> http_;
+  std::mutex pull_mu_;  // one pull at a time: two of one model would write one partial file
 };
 
 // A request's keep_alive in milliseconds, as the registry takes it.

@@ -48,6 +48,10 @@ std::string store_stamp(const Store& store);
 
 namespace stores {
 std::vector<StoreModel> scan_ollama(const std::string& root, std::vector<std::string>& skipped);
+// Ollama's short name of manifests/HOST/NS/MODEL/TAG: the default registry
+// and the library namespace are implied ("qwen2.5:7b"), another namespace
+// is kept ("ns/name:tag"), and another host too ("hf.co/org/repo:Q4_K_M").
+std::string ollama_name(const std::string& host, const std::string& ns, const std::string& model, const std::string& tag);
 std::vector<StoreModel> scan_hf(const std::string& root, std::vector<std::string>& skipped);
 std::vector<StoreModel> scan_lmstudio(const std::string& root, std::vector<std::string>& skipped);
 // A GGUF file name's parts as llama.cpp's -hf reads them: the name without

@@ -39,16 +39,6 @@ std::string blob_path(const std::string& root, const json& layer) {
   return root + "/blobs/sha256-" + d.substr(7);
 }
 
-// Ollama's short name: the default registry and the library namespace are
-// implied ("qwen2.5:7b"), another namespace is kept ("ns/name:tag"), and
-// another host too ("hf.co/org/repo:Q4_K_M").
-std::string ollama_name(const std::string& host, const std::string& ns, const std::string& model, const std::string& tag) {
-  std::string name = model + ":" + tag;
-  if (host != kRegistry) return host + "/" + ns + "/" + name;
-  if (ns != "library") return ns + "/" + name;
-  return name;
-}
-
 void read_manifest(const std::string& root, const fs::path& file, const std::string& name, std::vector<StoreModel>& out,
                    std::vector<std::string>& skipped) {
   const json m = json::parse(read_small_file(file.string(), kMaxManifest), nullptr, false);
@@ -109,6 +99,13 @@ void read_manifest(const std::string& root, const fs::path& file, const std::str
 }
 
 }  // namespace
+
+std::string ollama_name(const std::string& host, const std::string& ns, const std::string& model, const std::string& tag) {
+  std::string name = model + ":" + tag;
+  if (host != kRegistry) return host + "/" + ns + "/" + name;
+  if (ns != "library") return ns + "/" + name;
+  return name;
+}
 
 std::vector<StoreModel> scan_ollama(const std::string& root, std::vector<std::string>& skipped) {
   std::vector<StoreModel> out;

@@ -8,7 +8,9 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -24,7 +26,7 @@ namespace reclaim::testing {
 
 class FakeRegistry {
  public:
-  enum class Mode { normal, corrupt, drop_halfway, redirect };
+  enum class Mode { normal, corrupt, drop_halfway, redirect, slow };
 
   // HTTPS where a certificate and key are given.
   explicit FakeRegistry(const std::string& cert = "", const std::string& key = "") {
@@ -83,6 +85,11 @@ class FakeRegistry {
                                      {"layers", list}}
                           .dump();
   }
+  // A manifest as given (one that claims what its blobs are not).
+  void add_manifest(const std::string& ref, const std::string& text) {
+    std::lock_guard lock(mu_);
+    manifests_[ref] = text;
+  }
   // Blobs `cdn` serves for this registry (a redirect's target).
   void share_blobs_with(FakeRegistry& cdn) const {
     std::lock_guard lock(mu_);
@@ -109,6 +116,16 @@ class FakeRegistry {
     }
     if (mode_ == Mode::corrupt) {
       for (char& c : bytes) c = static_cast<char>(c ^ 0x5a);
+    }
+    if (mode_ == Mode::slow) {
+      // 16 KiB every 20 ms (800 KiB/s): a transfer long enough to interrupt.
+      res.set_content_provider(bytes.size(), "application/octet-stream",
+                               [bytes](size_t offset, size_t, httplib::DataSink& sink) {
+                                 std::this_thread::sleep_for(std::chrono::milliseconds(20));
+                                 sink.write(bytes.data() + offset, std::min<size_t>(16 << 10, bytes.size() - offset));
+                                 return true;
+                               });
+      return;
     }
     if (mode_ == Mode::drop_halfway) {
       // Half the bytes, then the connection ends (a provider that fails).

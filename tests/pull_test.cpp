@@ -5,6 +5,8 @@
 // pulled model deleted.
 #include <gtest/gtest.h>
 
+#include <signal.h>
+
 #include <cstdlib>
 #include <filesystem>
 
@@ -203,4 +205,42 @@ TEST(Pull, OllamaJsPullsThroughTheServerWithItsProgressAndDeletes) {
   ASSERT_TRUE(bad);
   EXPECT_EQ(bad->status, 400) << bad->body;
   s.expect_clean();
+}
+
+// Ctrl-C in the middle of a blob: exit 130, the partial file kept for the
+// next pull and nothing else; and a model larger than the disk's room is
+// refused before a byte is fetched.
+TEST(Pull, CtrlCKeepsAResumablePartAndAModelTooLargeForTheDiskIsRefusedFirst) {
+  FakeRegistry reg;
+  const std::string model = read_bytes(spm());
+  ASSERT_GT(model.size(), 4u << 20) << "a transfer of seconds at 800 KiB/s";
+  reg.add_model("library/tiny:latest", {{"model", model}});
+  const std::string store = temp_path("pulled-interrupted");
+  // The config blob whole first, then the model's, slowly.
+  ASSERT_EQ(run("pull --insecure --store " + store + " " + reg.host() + "/library/tiny").status, 0);
+  const std::string blob = store + "/blobs/sha256-" + sha256_hex(model);
+  std::filesystem::remove(blob);
+  std::filesystem::remove_all(store + "/manifests");
+  reg.set_mode(FakeRegistry::Mode::slow);
+  Child pull({"pull", "--insecure", "--store", store, reg.host() + "/library/tiny"});
+  ASSERT_TRUE(pull.wait_for_err("pulling " + sha256_hex(model).substr(0, 12) + " 10%", 60)) << pull.so_far().err;
+  pull.signal(SIGINT);
+  const Result done = pull.wait();
+  EXPECT_EQ(done.status, 130) << done.err;
+  EXPECT_NE(done.err.find("interrupted"), std::string::npos) << done.err;
+  EXPECT_TRUE(std::filesystem::exists(blob + "-partial"));
+  EXPECT_FALSE(std::filesystem::exists(blob));
+  EXPECT_FALSE(std::filesystem::exists(store + "/manifests"));
+  reg.set_mode(FakeRegistry::Mode::normal);
+  ASSERT_EQ(run("pull --insecure --store " + store + " " + reg.host() + "/library/tiny").status, 0);
+  EXPECT_EQ(read_bytes(blob), model);
+
+  const std::string huge = R"({"schemaVersion":2,"layers":[{"mediaType":"application/vnd.ollama.image.model","digest":"sha256:)" +
+                           std::string(64, 'a') + R"(","size":1125899906842624}]})";
+  reg.add_manifest("library/huge:latest", huge);
+  const Result refused = run("pull --insecure --store " + store + " " + reg.host() + "/library/huge");
+  EXPECT_EQ(refused.status, 1) << refused.out;
+  EXPECT_NE(refused.out.find("' needs 1024"), std::string::npos) << refused.out;
+  EXPECT_NE(refused.out.find("free"), std::string::npos) << refused.out;
+  EXPECT_FALSE(std::filesystem::exists(store + "/blobs/sha256-" + std::string(64, 'a') + "-partial"));
 }

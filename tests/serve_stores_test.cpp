@@ -51,13 +51,21 @@ TEST(ServeStores, EachStoresModelsAreServedUnderTheirToolsNamesAndNothingThereIs
                     {"params", R"({"temperature":0,"num_predict":3,"stop":["zzz"],"num_ctx":512,"mirostat":2})"},
                     {"system", "You are terse."}});
   add_hf_file(hf, "org/tiny-GGUF", kRev, "tiny-Q8_0.gguf", read_bytes(bpe()));
+  // A model in two parts, as gguf-split writes one: served as one.
+  const std::string parts = temp_path("split");
+  std::filesystem::create_directories(parts);
+  const Result split = run("make-test-model --out " + parts + "/big-Q8_0.gguf --vocab bpe --embd 64 --layers 2 --type q8_0 --split 2");
+  ASSERT_EQ(split.status, 0) << split.out;
+  for (const char* part : {"big-Q8_0-00001-of-00002.gguf", "big-Q8_0-00002-of-00002.gguf"}) {
+    add_hf_file(hf, "org/big-GGUF", kRev, part, read_bytes(parts + "/" + part));
+  }
   write_bytes(lms + "/pub/tiny-GGUF/tiny-F16.gguf", read_bytes(spm()));
   const auto before = std::make_tuple(listing(ollama), listing(hf), listing(lms));
 
   Served s({"--models-from", "ollama,hf", "--models-from", "lmstudio", "--ollama-models", ollama, "--hf-cache", hf,
             "--lmstudio-models", lms},
            false);
-  for (const char* name : {"tiny:latest", "org/tiny-GGUF:Q8_0", "pub/tiny-GGUF/tiny-F16"}) {
+  for (const char* name : {"tiny:latest", "org/tiny-GGUF:Q8_0", "pub/tiny-GGUF/tiny-F16", "org/big-GGUF:Q8_0"}) {
     EXPECT_FALSE(s.model(name).empty()) << name << " " << s.get("/v1/models").dump();
   }
   const json user = json::array({{{"role", "user"}, {"content", "Hello"}}});
@@ -83,6 +91,9 @@ TEST(ServeStores, EachStoresModelsAreServedUnderTheirToolsNamesAndNothingThereIs
   // A repository of one model answers to the repository's name.
   EXPECT_FALSE(s.post_json("/v1/chat/completions", ask("org/tiny-GGUF", user, 2))["choices"].empty());
   EXPECT_FALSE(s.post_json("/v1/chat/completions", ask("pub/tiny-GGUF/tiny-F16", user, 2))["choices"].empty());
+  const json both_parts = s.post_json("/v1/chat/completions", ask("org/big-GGUF:Q8_0", user, 2));
+  EXPECT_FALSE(both_parts["choices"].empty()) << both_parts.dump();
+  EXPECT_EQ(s.model("org/big-GGUF:Q8_0")["state"], "loaded");
 
   // Pulled while the server runs: found by the first request for it.
   add_ollama_model(ollama, "registry.ollama.ai/library/later/v1", {{"model", read_bytes(bpe())}});
@@ -90,7 +101,7 @@ TEST(ServeStores, EachStoresModelsAreServedUnderTheirToolsNamesAndNothingThereIs
   const json later = s.post_json("/v1/chat/completions", ask("later:v1", user, 2));
   EXPECT_EQ(later["object"], "chat.completion") << later.dump();
 
-  for (const char* m : {"tiny:latest", "org/tiny-GGUF:Q8_0", "pub/tiny-GGUF/tiny-F16", "later:v1"}) {
+  for (const char* m : {"tiny:latest", "org/tiny-GGUF:Q8_0", "pub/tiny-GGUF/tiny-F16", "later:v1", "org/big-GGUF:Q8_0"}) {
     s.post("/v1/models/unload", {{"model", m}});
   }
   s.expect_clean();

@@ -14,6 +14,7 @@ Command add_make_test_model(CLI::App& app) {
   struct Args {
     std::string out, vocab = "bpe", type = "f16", size, chat_template;
     int64_t embd = 0, layers = 0, ff = 0;
+    int split = 1;
     uint64_t seed = 1;
     bool fim = false, reranker = false;
   };
@@ -34,8 +35,11 @@ Command add_make_test_model(CLI::App& app) {
   sub->add_flag("--reranker", a->reranker,
                 "write a reranker (qwen3 with rank pooling and a yes/no classifier head, as Qwen3-Reranker "
                 "converts) for /rerank");
+  sub->add_option("--split", a->split, "write the model in this many parts, as llama.cpp's gguf-split does "
+                                      "(OUT-00001-of-0000N.gguf, ...)")->capture_default_str();
   return [a] {
     TestModelSpec spec;
+    spec.split = a->split;
     spec.fim = a->fim;
     spec.reranker = a->reranker;
     spec.vocab = a->vocab;

@@ -179,6 +179,7 @@ TestModelShape test_model_shape(const TestModelSpec& spec) {
     if (spec.fim) s.n_vocab += kFimCount;
   }
   if (spec.fim && spec.vocab == "none") throw Error("--fim needs a vocabulary (not --vocab none)");
+  if (spec.split < 1 || spec.split > 99) throw Error("--split must be 1..99, got " + std::to_string(spec.split));
   if (spec.reranker && spec.vocab == "none") throw Error("--reranker needs a vocabulary (not --vocab none): its prompt is text");
   if (spec.size > 0) {
     // The shape nearest the target size, preferring embeddings near half of
@@ -328,6 +329,32 @@ void write_weights(std::FILE* f, const std::string& tmp, const std::vector<ggml_
 
 }  // namespace
 
+namespace {
+
+// One GGUF file: `g`'s header, then `tensors`' weights (via a temporary
+// file, renamed at the end).
+void write_part(const std::string& out, gguf_context* g, const std::vector<ggml_tensor*>& tensors, uint64_t seed) {
+  std::string tmp = out + ".tmp." + std::to_string(::getpid());
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (!f) throw Error("cannot create '" + tmp + "': " + std::strerror(errno));
+  bool done = false;
+  Defer close_file([&] {
+    std::fclose(f);
+    if (!done) std::remove(tmp.c_str());
+  });
+  std::vector<uint8_t> header(gguf_get_meta_size(g));
+  gguf_get_meta_data(g, header.data());
+  write_all(f, header.data(), header.size(), tmp);
+  write_weights(f, tmp, tensors, gguf_get_alignment(g), seed);
+  if (std::fflush(f) != 0) throw Error("cannot write '" + tmp + "': " + std::strerror(errno));
+  if (std::rename(tmp.c_str(), out.c_str()) != 0) {
+    throw Error("cannot rename '" + tmp + "' to '" + out + "': " + std::strerror(errno));
+  }
+  done = true;
+}
+
+}  // namespace
+
 TestModelShape make_test_model(const TestModelSpec& spec, const std::string& out) {
   ggml_type wtype = type_from_name(spec.type);
   std::string vocab_path = vocab_file(spec.vocab);
@@ -369,25 +396,27 @@ TestModelShape make_test_model(const TestModelSpec& spec, const std::string& out
   GgmlPtr meta(ggml_init(ip));
   const std::vector<ggml_tensor*> tensors = add_tensors(meta.get(), g.get(), s, wtype, spec.reranker);
 
-  std::string tmp = out + ".tmp." + std::to_string(::getpid());
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (!f) throw Error("cannot create '" + tmp + "': " + std::strerror(errno));
-  bool done = false;
-  Defer close_file([&] {
-    std::fclose(f);
-    if (!done) std::remove(tmp.c_str());
-  });
-
-  std::vector<uint8_t> header(gguf_get_meta_size(g.get()));
-  gguf_get_meta_data(g.get(), header.data());
-  write_all(f, header.data(), header.size(), tmp);
-
-  write_weights(f, tmp, tensors, gguf_get_alignment(g.get()), spec.seed);
-  if (std::fflush(f) != 0) throw Error("cannot write '" + tmp + "': " + std::strerror(errno));
-  if (std::rename(tmp.c_str(), out.c_str()) != 0) {
-    throw Error("cannot rename '" + tmp + "' to '" + out + "': " + std::strerror(errno));
+  if (spec.split <= 1) {
+    write_part(out, g.get(), tensors, spec.seed);
+    return s;
   }
-  done = true;
+  // As llama.cpp's gguf-split writes them: every key in the first part, the
+  // split keys in each, the tensors in order across the parts.
+  const std::string prefix = out.size() > 5 && out.compare(out.size() - 5, 5, ".gguf") == 0 ? out.substr(0, out.size() - 5) : out;
+  const size_t n = tensors.size(), parts = static_cast<size_t>(spec.split);
+  for (size_t p = 0; p < parts; ++p) {
+    GgufPtr part(gguf_init_empty());
+    if (p == 0) gguf_set_kv(part.get(), g.get());
+    gguf_set_val_u16(part.get(), "split.no", static_cast<uint16_t>(p));
+    gguf_set_val_u16(part.get(), "split.count", static_cast<uint16_t>(parts));
+    gguf_set_val_i32(part.get(), "split.tensors.count", static_cast<int32_t>(n));
+    const std::vector<ggml_tensor*> mine(tensors.begin() + static_cast<long>(p * n / parts),
+                                         tensors.begin() + static_cast<long>((p + 1) * n / parts));
+    for (ggml_tensor* x : mine) gguf_add_tensor(part.get(), x);
+    char name[32];
+    std::snprintf(name, sizeof name, "-%05zu-of-%05zu.gguf", p + 1, parts);
+    write_part(prefix + name, part.get(), mine, spec.seed);
+  }
   return s;
 }
 

@@ -34,6 +34,9 @@ struct TestModelSpec {
   // head ("yes", "no") whose softmax's first value is a pair's score, and
   // the rerank prompt template that /rerank fills.
   bool reranker = false;
+  // Parts, as llama.cpp's gguf-split writes a model too large for one file:
+  // OUT-00001-of-0000N.gguf, ... (OUT without its ".gguf"). 1: one file.
+  int split = 1;
 };
 
 struct TestModelShape {
@@ -52,8 +55,9 @@ std::string llama_template(const std::string& name);
 // Shape that a spec resolves to (reads the vocab size from the vocab file).
 TestModelShape test_model_shape(const TestModelSpec& spec);
 
-// Writes the model to `out` (via a temporary file, renamed at the end, so an
-// interrupted write never leaves a truncated model under that name).
+// Writes the model to `out`, or its parts beside it (each via a temporary
+// file, renamed at the end, so an interrupted write never leaves a truncated
+// model under that name).
 TestModelShape make_test_model(const TestModelSpec& spec, const std::string& out);
 
 // The model `reclaim audit` and `reclaim run` use when none is given: a

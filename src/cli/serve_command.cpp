@@ -112,10 +112,11 @@ void serve_until_stopped(RegistryOptions opts, ModelSources& sources, server::Se
       throw Error("--default-model " + so.default_model + ": " + e.what());
     }
   }
-  // A folder or a store can hold models the server has not seen yet (a
-  // pull adds the pulled store, where it was not read).
-  so.rediscover = [&sources, &registry] { return sources.rescan(registry); };
+  // Only a folder or a store can hold models the server has not seen yet.
+  // (A server of one model and neither answers any name with it.)
+  if (sources.can_grow()) so.rediscover = [&sources, &registry] { return sources.rescan(registry); };
   so.pulled_store = pulled_store_root();
+  // A pull reads the pulled store from then on, where it was not read.
   so.pulled = [&sources, &registry, root = so.pulled_store] {
     sources.include({StoreKind::pulled, root});
     (void)sources.rescan(registry);

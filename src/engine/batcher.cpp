@@ -5,6 +5,7 @@
 
 #include "core/defer.h"
 #include "core/heap.h"
+#include "engine/core_turns.h"
 #include "engine/generation.h"
 #include "engine/model.h"
 
@@ -404,7 +405,7 @@ bool Batcher::step() {
   llama_batch& b = *batch_.get();
   int32_t rc;
   {
-    std::lock_guard lock(model_.decode_mutex());  // one graph at a time on the model's pool
+    DecodeTurn turn(model_);  // its pool one graph at a time, the cores in turns
     rc = decode_(ctx_.get(), b);
   }
   steps_.fetch_add(1);

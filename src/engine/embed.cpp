@@ -3,6 +3,7 @@
 #include <cmath>
 #include <mutex>
 
+#include "engine/core_turns.h"
 #include "engine/generate.h"
 #include "engine/session.h"
 
@@ -58,7 +59,7 @@ bool decode_pooled(Model& model, const std::vector<std::vector<llama_token>>& in
     llama_memory_clear(llama_get_memory(ctx), true);
     int32_t rc;
     {
-      std::lock_guard lock(model.decode_mutex());  // one graph at a time on the model's pool
+      DecodeTurn turn(model);  // its pool one graph at a time, the cores in turns
       rc = llama_decode(ctx, b);
     }
     if (rc == 2 || s.cancelled()) return false;

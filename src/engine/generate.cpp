@@ -2,6 +2,7 @@
 
 #include <mutex>
 
+#include "engine/core_turns.h"
 #include "engine/generation.h"
 
 namespace reclaim {
@@ -81,7 +82,7 @@ void fill(llama_batch& b, const llama_token* tokens, int32_t n, int32_t pos, boo
 bool decode(Session& s, const llama_batch& b) {
   int32_t rc;
   {
-    std::lock_guard lock(s.model().decode_mutex());  // one graph at a time on the model's pool
+    DecodeTurn turn(s.model());  // its pool one graph at a time, the cores in turns
     rc = llama_decode(s.context(), b);
   }
   if (rc == 0) return true;

@@ -3,6 +3,7 @@
 #include <atomic>
 
 #include "engine/batcher.h"
+#include "engine/core_turns.h"
 #include "engine/devices.h"
 #include "engine/session.h"
 
@@ -35,6 +36,10 @@ Model::Model(const ModelLoad& load, Scope* parent) : device_(hold_devices()), mo
   // once there.
   const bool on_device = load.n_gpu_layers != 0 && !accelerator_devices().empty();
   if (n_threads_ > 1) pool_ = new_threadpool(*scope_, n_threads_, on_device ? 0 : 50);
+  if (pool_ && !on_device) {
+    cpu_pool_ = true;
+    core_pool_born();
+  }
   info_ = model_info(model_.get(), load.path);
   info_.load_mode = load_mode_name(load.mode);
 }
@@ -64,6 +69,10 @@ void Model::unload() noexcept {
   scope_->close();
   model_ = {};
   pool_ = {};
+  if (cpu_pool_) {
+    cpu_pool_ = false;
+    core_pool_gone();
+  }
   device_.reset();
 }
 

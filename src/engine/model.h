@@ -50,6 +50,9 @@ class Model {
   ggml_threadpool* threadpool() const { return pool_.get(); }  // null with one thread
   int32_t n_threads() const { return n_threads_; }
   std::mutex& decode_mutex() { return decode_mu_; }
+  // Whether its steps compute on the CPU's cores (not an accelerator's): it
+  // takes turns there with the other models (engine/core_turns.h).
+  bool computes_on_cpu() const { return cpu_pool_; }
   // Requests then decode together in one context (engine/batcher.h). Once;
   // null until started.
   Batcher& start_batcher(const BatcherOptions& options);
@@ -75,6 +78,7 @@ class Model {
   ModelInfo info_;
   LoadMode mode_;
   int32_t n_threads_ = 1;
+  bool cpu_pool_ = false;  // counted among the pools that take turns
   uint64_t entry_bytes_ = 0;
   std::mutex decode_mu_;
   std::mutex placed_mu_;

@@ -1,0 +1,85 @@
+#include "engine/core_turns.h"
+
+#include <ggml-cpu.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+
+#include "engine/model.h"
+
+namespace reclaim {
+
+namespace {
+
+struct Turns {
+  std::mutex mu;
+  std::condition_variable cv;
+  uint64_t next_ticket = 0, serving = 0;  // first come, first served
+  std::atomic<int> pools{0};
+  std::atomic<int> at_once{0};
+  std::atomic<int> max_at_once{0};
+  std::atomic<uint64_t> turns{0}, waited{0}, pauses{0};
+  std::atomic<bool> on{[] {
+    const char* e = std::getenv("RECLAIM_CORE_TURNS");
+    return !(e && std::strcmp(e, "0") == 0);
+  }()};
+};
+
+Turns& turns() {
+  static Turns* t = new Turns;  // used by threads that may outlive static destruction
+  return *t;
+}
+
+}  // namespace
+
+DecodeTurn::DecodeTurn(Model& model) : model_lock_(model.decode_mutex()) {
+  Turns& t = turns();
+  ggml_threadpool* pool = model.threadpool();
+  if (!pool || !model.computes_on_cpu() || !t.on.load()) return;
+  {
+    std::unique_lock lock(t.mu);
+    const uint64_t mine = t.next_ticket++;
+    if (t.serving != mine) {
+      t.waited.fetch_add(1);
+      t.cv.wait(lock, [&] { return t.serving == mine; });
+    }
+  }
+  pool_ = pool;
+  t.turns.fetch_add(1);
+  const int now = t.at_once.fetch_add(1) + 1;
+  for (int seen = t.max_at_once.load(); now > seen && !t.max_at_once.compare_exchange_weak(seen, now);) {
+  }
+}
+
+DecodeTurn::~DecodeTurn() {
+  if (!pool_) return;
+  Turns& t = turns();
+  t.at_once.fetch_sub(1);
+  // Asleep before the next model's step starts, where another pool lives
+  // (pausing only when another waits at this moment did no better in
+  // bench-two-models).
+  if (t.pools.load() > 1) {
+    ggml_threadpool_pause(pool_);
+    t.pauses.fetch_add(1);
+  }
+  {
+    std::lock_guard lock(t.mu);
+    ++t.serving;
+  }
+  t.cv.notify_all();
+}
+
+void core_pool_born() { turns().pools.fetch_add(1); }
+void core_pool_gone() { turns().pools.fetch_sub(1); }
+
+CoreTurnStats core_turn_stats() {
+  Turns& t = turns();
+  return {t.turns.load(), t.waited.load(), t.pauses.load(), t.max_at_once.load(), t.pools.load()};
+}
+
+void set_core_turns(bool on) { turns().on = on; }
+bool core_turns() { return turns().on.load(); }
+
+}  // namespace reclaim

@@ -1,0 +1,55 @@
+// The cores taken in turns by the models that compute on them. Each model
+// on the CPU has a ggml pool of a thread per core; two pools computing at
+// once put twice the threads on the cores, and each step waits on its
+// slowest thread, which the other pool's threads keep off its core (two
+// `reclaim audit` runs at once on 2 cores: 2 min 21 s each, where one alone
+// took 1.6 s). So a decode step takes the process's turn, first come first
+// served; while more than one pool lives, a pool that finishes its step
+// sleeps at once instead of spinning for the next one (ggml's polling), and
+// ggml wakes it at its next graph. One model alone takes turns nobody
+// waits for and never pauses: it runs as before. Models on an accelerator
+// compute there and take no turn.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+
+struct ggml_threadpool;
+
+namespace reclaim {
+
+class Model;
+
+// Held for one decode step: the model's own decode mutex (its pool runs one
+// graph at a time), then the process's turn where the model computes on
+// the CPU.
+class DecodeTurn {
+ public:
+  explicit DecodeTurn(Model& model);
+  ~DecodeTurn();
+  DecodeTurn(const DecodeTurn&) = delete;
+  DecodeTurn& operator=(const DecodeTurn&) = delete;
+
+ private:
+  std::unique_lock<std::mutex> model_lock_;
+  ggml_threadpool* pool_ = nullptr;  // set when this step took a turn
+};
+
+// A CPU pool that takes turns, from its model's load to its unload.
+void core_pool_born();
+void core_pool_gone();
+
+struct CoreTurnStats {
+  uint64_t turns = 0;           // decode steps that took a turn
+  uint64_t waited = 0;          // of them, those that waited for another's
+  uint64_t pauses = 0;          // pools put to sleep after their step
+  int max_at_once = 0;          // steps computing at once, at most (1 with turns on)
+  int pools = 0;                // CPU pools alive now
+};
+CoreTurnStats core_turn_stats();
+// On by default (RECLAIM_CORE_TURNS=0 turns them off); the two-model
+// benchmark measures both in one run.
+void set_core_turns(bool on);
+bool core_turns();
+
+}  // namespace reclaim

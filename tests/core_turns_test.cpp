@@ -1,0 +1,67 @@
+// Two models decoding at once on the CPU take the cores in turns: never two
+// steps computing at once, each pool asleep while the other computes, and
+// each model's greedy output what it is alone.
+#include "engine/core_turns.h"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "engine/generate.h"
+#include "engine/session.h"
+#include "small_models.h"
+
+using namespace reclaim;
+using reclaim::testing::small_load;
+using reclaim::testing::small_session;
+
+namespace {
+
+GenerateRequest greedy(int max_tokens) {
+  GenerateRequest r;
+  r.prompt = "Once upon a time, in a land far away, there lived";
+  r.max_tokens = max_tokens;
+  r.sampling.temperature = 0;
+  return r;
+}
+
+std::vector<llama_token> alone(Model& m, int max_tokens) {
+  Session s(m, small_session(256));
+  return generate(s, greedy(max_tokens)).tokens;
+}
+
+ModelLoad two_threads(const std::string& vocab) {
+  ModelLoad l = small_load(vocab);
+  l.n_threads = 2;  // a pool, even on one core
+  return l;
+}
+
+}  // namespace
+
+TEST(CoreTurns, TwoModelsDecodingAtOnceTakeTheCoresInTurns) {
+  ASSERT_TRUE(core_turns()) << "on by default";
+  Model a(two_threads("spm")), b(two_threads("bpe"));
+  ASSERT_TRUE(a.computes_on_cpu());
+  ASSERT_EQ(core_turn_stats().pools, 2);
+  const std::vector<llama_token> a_alone = alone(a, 48), b_alone = alone(b, 48);
+  const CoreTurnStats before = core_turn_stats();
+  std::vector<llama_token> a_both, b_both;
+  std::thread ta([&] { a_both = alone(a, 48); });
+  std::thread tb([&] { b_both = alone(b, 48); });
+  ta.join();
+  tb.join();
+  const CoreTurnStats after = core_turn_stats();
+  EXPECT_EQ(a_both, a_alone);
+  EXPECT_EQ(b_both, b_alone);
+  EXPECT_EQ(after.max_at_once, 1);
+  EXPECT_GE(after.turns - before.turns, 2u * 48);
+  EXPECT_GT(after.waited, before.waited) << "the two asked at once at least once";
+  EXPECT_GE(after.pauses - before.pauses, after.turns - before.turns) << "with two pools, each step's pool sleeps after it";
+  a.unload();
+  EXPECT_EQ(core_turn_stats().pools, 1);
+  // One pool alone is never paused.
+  const CoreTurnStats one = core_turn_stats();
+  EXPECT_FALSE(alone(b, 8).empty());
+  EXPECT_EQ(core_turn_stats().pauses, one.pauses);
+  EXPECT_GT(core_turn_stats().turns, one.turns);
+}

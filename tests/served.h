@@ -161,6 +161,11 @@ class Served {
   void signal(int sig) { child_->signal(sig); }
   // Waits for a line of the server's log (stderr).
   bool logged(const std::string& text, double seconds = 60) { return child_->wait_for_err(text, seconds); }
+  // What the server wrote on stderr so far.
+  std::string log() {
+    (void)child_->wait_for_err("\x01", 0);
+    return child_->so_far().err;
+  }
   Result stop() {
     child_->signal(SIGTERM);
     return child_->wait();

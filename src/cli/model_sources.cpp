@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <chrono>
 #include <set>
 
 #include "cli/config_file.h"
@@ -166,7 +167,13 @@ ModelSources::Read ModelSources::read_changing(const std::vector<ModelSpec>* con
   }
   for (const Store& st : stores_) {
     std::vector<std::string> skipped;
-    for (const StoreModel& m : scan_store(st, skipped)) {
+    std::vector<StoreModel> found;
+    try {
+      found = scan_store(st, skipped);
+    } catch (const std::exception& e) {  // a folder that cannot be read: the store is skipped, the rest served
+      skipped.push_back(std::string(store_name(st.kind)) + ": " + st.root + ": " + e.what());
+    }
+    for (const StoreModel& m : found) {
       ModelSpec spec = store_model_spec(m, st.kind, skipped);
       try {
         Registry::check_name(spec.name);
@@ -220,7 +227,18 @@ Registry::Reconfigured ModelSources::reload(Registry& registry) {
 bool ModelSources::rescan(Registry& registry) {
   std::lock_guard lock(mu_);
   if (a_.models_dir.empty() && stores_.empty()) return false;
-  if (folder_stamp(a_.models_dir) == now_.folder_stamp && stores_stamp() == now_.stores_stamp) return false;
+  // The stores' stamp walks their folders: at most once a second, however
+  // many names nobody has come (a first request for a model just pulled
+  // is rarely within a second of another unknown name).
+  const auto now = std::chrono::steady_clock::now();
+  const bool stores_due = now_.stores_stamp.empty() || now - stores_checked_ >= std::chrono::seconds(1);
+  const bool folder_changed = folder_stamp(a_.models_dir) != now_.folder_stamp;
+  bool stores_changed = false;
+  if (stores_due) {
+    stores_checked_ = now;
+    stores_changed = stores_stamp() != now_.stores_stamp;
+  }
+  if (!folder_changed && !stores_changed) return false;
   try {
     Read r = read_changing(&now_.config);  // the file is read again on SIGHUP only
     if (r.folder == now_.folder && r.stores == now_.stores) {

@@ -6,6 +6,7 @@
 // they changed since they were last read (a stamp of their folders).
 #pragma once
 
+#include <chrono>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -69,6 +70,7 @@ class ModelSources {
   std::vector<Store> stores_;  // a_.stores, and those included since
   const std::vector<ModelSpec> flags_;
   Read now_;
+  std::chrono::steady_clock::time_point stores_checked_;  // when their stamp was last taken
   bool empty_at_start_ = false;
 };
 

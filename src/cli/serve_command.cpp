@@ -62,7 +62,7 @@ struct Args {
               grammar_token_time = "5s";
   int port = 8080, max_loaded = 0, ctx = 4096, threads = 0, gpu_layers = -1, parallel = 1, batch = 512, max_queue = 32;
   int max_connections = 512;
-  bool no_autoload = false, verbose = false, trust_models = false;
+  bool no_autoload = false, verbose = false, trust_models = false, allow_insecure_pull = false;
 };
 
 Millis duration(const std::string& text, const std::string& flag) {
@@ -296,6 +296,7 @@ server::ServerOptions server_options(const Args& a) {
   so.read_timeout = duration(a.read_timeout, "read-timeout");
   so.stream_keepalive = duration(a.stream_keepalive, "stream-keepalive");
   so.grammar_token_time = duration(a.grammar_token_time, "grammar-token-time");
+  so.allow_insecure_pull = a.allow_insecure_pull;
   return so;
 }
 
@@ -372,6 +373,9 @@ Command add_serve(CLI::App& app) {
   sub->add_option("--ollama-models", a->ollama_models, "Ollama's store (default: $OLLAMA_MODELS, ~/.ollama/models)");
   sub->add_option("--hf-cache", a->hf_cache,
                   "the Hugging Face hub cache (default: $LLAMA_CACHE, $HF_HUB_CACHE, $HF_HOME/hub, ~/.cache/huggingface/hub)");
+  sub->add_flag("--allow-insecure-pull", a->allow_insecure_pull,
+                "let POST /api/pull fetch over plain HTTP where a client asks (\"insecure\": true): a registry mirror "
+                "on your own network");
   sub->add_option("--lmstudio-models", a->lmstudio_models, "LM Studio's models folder (default: ~/.lmstudio/models)");
   sub->add_option("--config", a->config,
                   "a TOML file of models and each one's own settings (path, aliases, ctx, parallel, threads, "

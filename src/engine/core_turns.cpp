@@ -57,10 +57,14 @@ DecodeTurn::~DecodeTurn() {
   if (!pool_) return;
   Turns& t = turns();
   t.at_once.fetch_sub(1);
-  // Asleep before the next model's step starts, where another pool lives
-  // (pausing only when another waits at this moment did no better in
-  // bench-two-models).
-  if (t.pools.load() > 1) {
+  // Asleep before the next model's step starts, where another waits for
+  // its turn (an idle model loaded beside a busy one costs it nothing).
+  bool waiting;
+  {
+    std::lock_guard lock(t.mu);
+    waiting = t.next_ticket > t.serving + 1;
+  }
+  if (waiting) {
     ggml_threadpool_pause(pool_);
     t.pauses.fetch_add(1);
   }

@@ -1,14 +1,13 @@
 // The cores taken in turns by the models that compute on them. Each model
 // on the CPU has a ggml pool of a thread per core; two pools computing at
 // once put twice the threads on the cores, and each step waits on its
-// slowest thread, which the other pool's threads keep off its core (two
-// `reclaim audit` runs at once on 2 cores: 2 min 21 s each, where one alone
-// took 1.6 s). So a decode step takes the process's turn, first come first
-// served; while more than one pool lives, a pool that finishes its step
-// sleeps at once instead of spinning for the next one (ggml's polling), and
-// ggml wakes it at its next graph. One model alone takes turns nobody
-// waits for and never pauses: it runs as before. Models on an accelerator
-// compute there and take no turn.
+// slowest thread, which the other pool's threads keep off its core
+// (bench-two-models measures two models at once with and without turns).
+// So a decode step takes the process's turn, first come first served; a
+// pool that finishes its step while another model waits sleeps at once
+// instead of spinning for its next one (ggml's polling), and ggml wakes it
+// at its next graph. A model that nobody waits on runs as before. Models on
+// an accelerator compute there and take no turn.
 #pragma once
 
 #include <cstdint>

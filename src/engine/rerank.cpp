@@ -1,5 +1,7 @@
 #include "engine/rerank.h"
 
+#include <algorithm>
+
 #include "engine/embed.h"
 #include "engine/generate.h"
 
@@ -7,8 +9,22 @@ namespace reclaim {
 
 namespace {
 
-void replace_all(std::string& s, const std::string& from, const std::string& to) {
-  for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size())) s.replace(at, from.size(), to);
+// The template with its {query} and {document} filled in, in one pass over
+// the template: a field's own text is never searched for placeholders (a
+// query of "{document}" repeated would otherwise multiply the document).
+std::string fill(const std::string& tmpl, const std::string& query, const std::string& document) {
+  static const std::string q = "{query}", d = "{document}";
+  std::string out;
+  size_t at = 0;
+  while (at < tmpl.size()) {
+    const size_t nq = tmpl.find(q, at), nd = tmpl.find(d, at);
+    const size_t next = std::min(nq, nd);
+    out.append(tmpl, at, next == std::string::npos ? std::string::npos : next - at);
+    if (next == std::string::npos) break;
+    out += next == nq ? query : document;
+    at = next + (next == nq ? q.size() : d.size());
+  }
+  return out;
 }
 
 void append(std::vector<llama_token>& out, const std::vector<llama_token>& more) {
@@ -24,10 +40,7 @@ std::vector<llama_token> rerank_tokens(const Model& model, const std::string& qu
   if (const char* tmpl = llama_model_chat_template(model.get(), "rerank")) {
     // Filled in and tokenized whole, as the model's own reference code and
     // llama-server do: a field's first word merges with the text before it.
-    std::string prompt = tmpl;
-    replace_all(prompt, "{query}", query);
-    replace_all(prompt, "{document}", document);
-    return tokenize(vocab, prompt, false, true);
+    return tokenize(vocab, fill(tmpl, query, document), false, true);
   }
   std::vector<llama_token> out;
   llama_token eos = llama_vocab_eos(vocab);

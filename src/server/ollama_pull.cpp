@@ -7,10 +7,12 @@
 #include <httplib.h>
 
 #include <chrono>
+#include <filesystem>
 
 #include "runtime/registry_errors.h"
 #include "runtime/stores/model_stores.h"
 #include "runtime/stores/pull.h"
+#include "server/connections.h"
 #include "server/http_errors.h"
 #include "server/json_fields.h"
 #include "server/ollama.h"
@@ -49,15 +51,20 @@ void Server::ollama_pull(const httplib::Request& req, httplib::Response& res) {
   if (options_.pulled_store.empty()) {
     throw ApiException(ApiError{501, "server_error", "not_supported", "this server pulls no models", 0});
   }
+  if (insecure && !options_.allow_insecure_pull) {
+    bad_field("insecure", "insecure pulls (plain HTTP) are off on this server (start it with --allow-insecure-pull)");
+  }
   try {
-    (void)parse_pull_name(name);  // a name that is not one is a 400 before any stream
+    (void)parse_pull_name(name, false);  // a name that is not one is a 400 before any stream
   } catch (const PullError& e) {
     throw ApiException(pull_error(e));
   }
   PullOptions o;
   o.store = options_.pulled_store;
   o.insecure = insecure;
+  o.hf_short_names = false;  // Ollama's reading of NS/MODEL, which its clients send
   if (!stream) {
+    o.cancelled = [this] { return stopping_.load() || Connections::client_gone(); };
     try {
       std::lock_guard lock(pull_mu_);
       (void)pull_model(name, o);
@@ -71,24 +78,29 @@ void Server::ollama_pull(const httplib::Request& req, httplib::Response& res) {
   res.set_chunked_content_provider("application/x-ndjson", [this, name, o](size_t, httplib::DataSink& sink) mutable {
     std::string last_digest;
     auto last = std::chrono::steady_clock::time_point{};
-    o.cancelled = [&sink] { return !sink.is_writable(); };
+    o.cancelled = [this, &sink] { return stopping_.load() || !sink.is_writable(); };
+    auto write = [&sink](const json& j) {
+      const std::string line = j.dump() + "\n";
+      sink.write(line.data(), line.size());
+    };
     o.progress = [&](const PullProgress& p) {
+      if (p.status == "success") return;  // said once the server serves the model, below
       // A line a layer at most ten times a second, and its first and last.
       const auto now = std::chrono::steady_clock::now();
       const bool edge = p.digest != last_digest || p.completed >= p.total;
       if (!edge && now - last < std::chrono::milliseconds(100)) return;
       last_digest = p.digest;
       last = now;
-      const std::string line = progress_json(p).dump() + "\n";
-      sink.write(line.data(), line.size());
+      write(progress_json(p));
     };
     try {
       std::lock_guard lock(pull_mu_);
       (void)pull_model(name, o);
       if (options_.pulled) options_.pulled();
+      // A client that reads "success" asks for the model next: it is served by then.
+      write({{"status", "success"}});
     } catch (const std::exception& e) {
-      const std::string line = json{{"error", e.what()}}.dump() + "\n";
-      sink.write(line.data(), line.size());
+      write({{"error", e.what()}});
     }
     sink.done();
     return true;
@@ -99,7 +111,7 @@ void Server::ollama_delete(const httplib::Request& req, httplib::Response& res) 
   const std::string name = ollama_model(parse_object(req.body));
   PullName n;
   try {
-    n = parse_pull_name(name);
+    n = parse_pull_name(name, false);
   } catch (const PullError& e) {
     throw ApiException(pull_error(e));
   }
@@ -108,12 +120,14 @@ void Server::ollama_delete(const httplib::Request& req, httplib::Response& res) 
     throw ApiException(ApiError{404, "not_found_error", "model_not_found",
                                 "model '" + name + "' not found (only what reclaim pulled can be deleted)", 0});
   }
+  // Under the pull lock: a pull in progress may count these blobs as there.
+  std::lock_guard lock(pull_mu_);
   try {
     registry_.unload(served, UnloadMode::drain, unload_timeout_);  // its requests finish first
   } catch (const UnknownModel&) {
     // not served (yet): nothing to unload
   }
-  (void)delete_pulled(options_.pulled_store, name);
+  (void)delete_pulled(options_.pulled_store, name, false);
   if (options_.pulled) options_.pulled();
   res.status = 200;
 }

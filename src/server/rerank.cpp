@@ -7,8 +7,11 @@
 #include <httplib.h>
 
 #include <algorithm>
+#include <climits>
+#include <cmath>
 #include <numeric>
 
+#include "engine/generate.h"
 #include "engine/rerank.h"
 #include "server/connections.h"
 #include "server/http_errors.h"
@@ -83,8 +86,20 @@ void Server::rerank_documents(const httplib::Request& http_req, httplib::Respons
       bad_field("model", "model '" + req.model + "' is not a reranker (its pooling is not rank): rerank with one that is",
                 "rerank_not_supported");
     }
+    // The query alone over the model's context is refused before it is paired
+    // with a thousand documents (a pair is the query's length and more).
+    const auto n_train = static_cast<size_t>(std::max(1, model.info().n_ctx_train));
+    if (const size_t q = tokenize(model.vocab(), req.query, false, false).size(); q > n_train) {
+      throw ContextOverflow("the query is " + std::to_string(q) + " tokens, longer than the model's context of " +
+                                std::to_string(n_train),
+                            static_cast<int32_t>(std::min<size_t>(q, INT32_MAX)), static_cast<int32_t>(n_train));
+    }
     std::vector<std::vector<llama_token>> pairs;
-    for (const std::string& d : req.documents) pairs.push_back(rerank_tokens(model, req.query, d));
+    for (const std::string& d : req.documents) {
+      run->tick();
+      if (run->client_gone()) throw ClientGone("the client left while its documents were read");
+      pairs.push_back(rerank_tokens(model, req.query, d));
+    }
     const RerankResult r = rerank(model, pairs, &run->cancel(), [&run] { run->tick(); });
     switch (run->finish(r)) {
       case RunEnd::client_gone: throw ClientGone("the client left while its documents were ranked");
@@ -92,10 +107,12 @@ void Server::rerank_documents(const httplib::Request& http_req, httplib::Respons
         throw ApiException(ApiError{503, "server_error", "cancelled", "the request was cancelled: its model is being unloaded", 5});
       default: break;
     }
-    // Best first; equal scores keep the order given.
+    // Best first; equal scores keep the order given, and a score that is not
+    // a number (a damaged model's) goes last.
     std::vector<size_t> order(r.scores.size());
     std::iota(order.begin(), order.end(), size_t{0});
-    std::stable_sort(order.begin(), order.end(), [&r](size_t a, size_t b) { return r.scores[a] > r.scores[b]; });
+    auto key = [&r](size_t i) { return std::isnan(r.scores[i]) ? -INFINITY : r.scores[i]; };
+    std::stable_sort(order.begin(), order.end(), [&key](size_t a, size_t b) { return key(a) > key(b); });
     order.resize(req.top_n);
     json results = json::array();
     for (size_t i : order) {

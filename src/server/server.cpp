@@ -168,6 +168,9 @@ void Server::set_baseline(Usage baseline) {
   baseline_.ledger_bytes = ledger.bytes;
 }
 
-void Server::stop() { http_->stop(); }
+void Server::stop() {
+  stopping_ = true;
+  http_->stop();
+}
 
 }  // namespace reclaim::server

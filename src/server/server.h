@@ -63,6 +63,10 @@ struct ServerOptions {
   // or deleted there.
   std::string pulled_store;
   std::function<void()> pulled;
+  // A pull's "insecure": plain HTTP to the registry a client names. Off
+  // unless the operator allows it: a client would otherwise make the server
+  // fetch from any host of its network unchecked.
+  bool allow_insecure_pull = false;
   int http_threads = 4;                // threads that stay; more start as connections come
   int max_connections = 512;           // connections served at once; more wait for a thread
   Millis read_timeout = std::chrono::seconds(10);  // to deliver a whole request (slowloris)
@@ -230,7 +234,8 @@ class Server {
   std::atomic<bool> pool_shut_{false};
   std::unique_ptr<ResourceHistory> history_;
   std::unique_ptr<httplib::Server> http_;
-  std::mutex pull_mu_;  // one pull at a time: two of one model would write one partial file
+  std::mutex pull_mu_;  // one pull or delete at a time
+  std::atomic<bool> stopping_{false};  // stop() was called: a pull in progress ends
 };
 
 // A request's keep_alive in milliseconds, as the registry takes it.

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <httplib.h>
 #include <openssl/evp.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -29,6 +30,10 @@ using nlohmann::json;
 namespace {
 
 constexpr size_t kMaxManifest = 1 << 20;
+// A layer's declared size and the layers of a model, bounded, so that their
+// sum cannot overflow (1,000 of 1 PiB is under 2^63).
+constexpr int64_t kMaxLayer = 1ll << 50;
+constexpr size_t kMaxLayers = 1000;
 constexpr const char* kManifestType = "application/vnd.docker.distribution.manifest.v2+json";
 // Room kept free beyond the model's bytes: a disk filled to the last block
 // fails whatever writes next.
@@ -94,18 +99,35 @@ class Registry {
 
   std::vector<Layer> manifest(std::string& text) {
     const std::string path = "/v2/" + name_.ns + "/" + name_.model + "/manifests/" + name_.tag;
-    auto r = client_.Get(path.c_str(), {{"Accept", kManifestType}, {"User-Agent", "reclaim"}});
+    // Read up to its bound, whatever a registry sends.
+    std::string body;
+    bool too_large = false;
+    int status = 0;
+    auto r = client_.Get(
+        path.c_str(), {{"Accept", kManifestType}, {"User-Agent", "reclaim"}},
+        [&](const httplib::Response& res) {
+          status = res.status;
+          return true;
+        },
+        [&](const char* data, size_t n) {
+          if (body.size() + n > kMaxManifest) {
+            too_large = true;
+            return false;
+          }
+          body.append(data, n);
+          return true;
+        });
+    if (too_large) throw PullError(PullError::Kind::network, "the manifest of '" + shown() + "' is over 1 MiB");
     if (!r) throw unreachable(r.error());
-    if (r->status == 404 || r->status == 401 || r->status == 403) {
+    if (status == 404 || status == 401 || status == 403) {
       throw PullError(PullError::Kind::not_found, "'" + shown() + "' is not a model " + name_.host + " has (HTTP " +
-                                                      std::to_string(r->status) + ")");
+                                                      std::to_string(status) + ")");
     }
-    if (r->status != 200) {
+    if (status != 200) {
       throw PullError(PullError::Kind::network, name_.host + " answered the manifest of '" + shown() + "' with HTTP " +
-                                                    std::to_string(r->status));
+                                                    std::to_string(status));
     }
-    if (r->body.size() > kMaxManifest) throw PullError(PullError::Kind::network, "the manifest of '" + shown() + "' is over 1 MiB");
-    text = r->body;
+    text = std::move(body);
     const json m = json::parse(text, nullptr, false);
     if (!m.is_object() || !m.contains("layers") || !m["layers"].is_array()) {
       throw PullError(PullError::Kind::network, "the manifest of '" + shown() + "' is not a JSON manifest with layers");
@@ -121,9 +143,13 @@ class Registry {
       x.hex = hex_digest(x.digest);
       if (x.hex.empty()) throw PullError(PullError::Kind::network, "the manifest of '" + shown() + "' has a digest that is not sha256: " + x.digest);
       x.size = l["size"].get<int64_t>();
+      if (x.size > kMaxLayer) throw PullError(PullError::Kind::network, "the manifest of '" + shown() + "' has a layer over 1 PiB");
       x.media_type = l.value("mediaType", "");
       layers.push_back(x);
     };
+    if (m["layers"].size() > kMaxLayers) {
+      throw PullError(PullError::Kind::network, "the manifest of '" + shown() + "' has more than " + std::to_string(kMaxLayers) + " layers");
+    }
     if (m.contains("config") && m["config"].is_object()) take(m["config"]);
     for (const json& l : m["layers"]) take(l);
     if (std::none_of(layers.begin(), layers.end(), [](const Layer& l) { return l.media_type == "application/vnd.ollama.image.model"; })) {
@@ -137,11 +163,21 @@ class Registry {
   int64_t blob(const Layer& l, const std::string& final_path) {
     const std::string partial = final_path + "-partial";
     Sha256 sha;
+    // Locked for the transfer: another pull of the same blob (a second
+    // command, a server's) would write into the same partial file.
+    const int fd = ::open(partial.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) throw PullError(PullError::Kind::disk, "cannot write '" + partial + "': " + std::strerror(errno));
+    std::FILE* f = ::fdopen(fd, "r+b");
+    if (!f) {
+      ::close(fd);
+      throw PullError(PullError::Kind::disk, "cannot write '" + partial + "': " + std::strerror(errno));
+    }
+    std::unique_ptr<std::FILE, int (*)(std::FILE*)> closer(f, std::fclose);
+    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      throw PullError(PullError::Kind::network, "another pull is fetching " + l.digest + " into " + partial + " now");
+    }
     int64_t have = std::max<int64_t>(0, file_size(partial));
     if (have > l.size) have = 0;  // not this blob's start
-    std::FILE* f = std::fopen(partial.c_str(), have > 0 ? "r+b" : "wb");
-    if (!f) throw PullError(PullError::Kind::disk, "cannot write '" + partial + "': " + std::strerror(errno));
-    std::unique_ptr<std::FILE, int (*)(std::FILE*)> closer(f, std::fclose);
     if (have > 0) {  // what came before, into the digest
       std::vector<char> buf(1 << 20);
       int64_t read = 0;
@@ -152,6 +188,10 @@ class Registry {
         read += static_cast<int64_t>(n);
       }
       have = read;
+    }
+    // Writing goes on from there (a switch from reading to writing needs a seek).
+    if (std::fseek(f, have, SEEK_SET) != 0 || ::ftruncate(fd, have) != 0) {
+      throw PullError(PullError::Kind::disk, "cannot write '" + partial + "': " + std::strerror(errno));
     }
     report("pulling " + l.hex.substr(0, 12), l, have);
     int64_t fetched = 0;
@@ -260,7 +300,7 @@ void write_atomically(const std::string& path, const std::string& text) {
 
 }  // namespace
 
-PullName parse_pull_name(const std::string& name) {
+PullName parse_pull_name(const std::string& name, bool hf_short_names) {
   auto bad = [&](const std::string& why) -> PullName {
     throw PullError(PullError::Kind::bad_name, "'" + name + "' is not a model name: " + why +
                                                    " (qwen2.5:7b, ORG/REPO:QUANT, hf.co/ORG/REPO:QUANT, HOST/NS/MODEL:TAG)");
@@ -284,8 +324,8 @@ PullName parse_pull_name(const std::string& name) {
     n.host = "registry.ollama.ai";
     n.ns = "library";
     n.model = parts[0];
-  } else if (parts.size() == 2) {  // Hugging Face's ORG/REPO
-    n.host = "hf.co";
+  } else if (parts.size() == 2) {  // Hugging Face's ORG/REPO, or Ollama's NS/MODEL
+    n.host = hf_short_names ? "hf.co" : "registry.ollama.ai";
     n.ns = parts[0];
     n.model = parts[1];
   } else if (parts.size() == 3) {
@@ -309,7 +349,7 @@ std::string pulled_store_root() {
 }
 
 PullResult pull_model(const std::string& name, const PullOptions& options) {
-  const PullName n = parse_pull_name(name);
+  const PullName n = parse_pull_name(name, options.hf_short_names);
   Registry registry(n, options);
   if (options.progress) options.progress({"pulling manifest", "", 0, 0});
   std::string text;
@@ -344,8 +384,8 @@ PullResult pull_model(const std::string& name, const PullOptions& options) {
   return out;
 }
 
-bool delete_pulled(const std::string& store, const std::string& name) {
-  const PullName n = parse_pull_name(name);
+bool delete_pulled(const std::string& store, const std::string& name, bool hf_short_names) {
+  const PullName n = parse_pull_name(name, hf_short_names);
   const std::string manifest = store + "/manifests/" + n.manifest_path();
   std::string text;
   try {

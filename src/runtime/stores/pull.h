@@ -30,15 +30,17 @@ class PullError : public Error {
 };
 
 // A name as the registry reads it. "qwen2.5:7b" is Ollama's library
-// (registry.ollama.ai/library/qwen2.5:7b), "ORG/REPO:QUANT" and
-// "hf.co/ORG/REPO:QUANT" are Hugging Face's (hf.co serves GGUF repositories
-// over the same protocol), "HOST/NS/MODEL:TAG" any registry's; the tag is
-// "latest" where none is given.
+// (registry.ollama.ai/library/qwen2.5:7b), "hf.co/ORG/REPO:QUANT" Hugging
+// Face's (hf.co serves GGUF repositories over the same protocol),
+// "HOST/NS/MODEL:TAG" any registry's; the tag is "latest" where none is
+// given. "A/B:TAG" is Hugging Face's ORG/REPO where `hf_short_names` (the
+// command line's reading, as llama.cpp's -hf), and Ollama's NS/MODEL
+// otherwise (Ollama's API's reading, which its clients expect).
 struct PullName {
   std::string host, ns, model, tag;
   std::string manifest_path() const { return host + "/" + ns + "/" + model + "/" + tag; }
 };
-PullName parse_pull_name(const std::string& name);  // PullError bad_name
+PullName parse_pull_name(const std::string& name, bool hf_short_names = true);  // PullError bad_name
 
 struct PullProgress {
   std::string status;  // "pulling manifest", "pulling DIGEST", "verifying sha256 digest", "writing manifest", "success"
@@ -49,6 +51,7 @@ struct PullProgress {
 struct PullOptions {
   std::string store;      // reclaim's store (pulled_store_root())
   bool insecure = false;  // plain http:// to the registry (a mirror on the local network, a test's)
+  bool hf_short_names = true;  // parse_pull_name's
   std::function<void(const PullProgress&)> progress;
   std::function<bool()> cancelled;  // polled as bytes come
 };
@@ -63,7 +66,7 @@ PullResult pull_model(const std::string& name, const PullOptions& options);
 
 // Removes a pulled model's manifest, and each of its blobs no other manifest
 // names. False when the store has no such model.
-bool delete_pulled(const std::string& store, const std::string& name);
+bool delete_pulled(const std::string& store, const std::string& name, bool hf_short_names = true);
 
 // $RECLAIM_MODELS, else $XDG_DATA_HOME/reclaim/models, else
 // ~/.local/share/reclaim/models.

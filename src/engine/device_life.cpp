@@ -53,6 +53,7 @@ std::vector<ggml_backend_reg_t> accelerator_backends() {
 }
 
 using ReleaseFn = bool (*)();
+using LimitsFn = bool (*)(int device, size_t* stack_size, size_t* heap_size, int* lazy_loading);
 
 ReleaseFn release_fn(ggml_backend_reg_t reg) {
   return reinterpret_cast<ReleaseFn>(ggml_backend_reg_get_proc_address(reg, "ggml_backend_release"));
@@ -79,6 +80,22 @@ int64_t start_backends() {
     ggml_backend_free(b);
   }
   return std::max<int64_t>(0, static_cast<int64_t>(heap_stats().in_use) - before);
+}
+
+// Read only from live contexts: the backend does not create one to answer.
+std::vector<DeviceContextLimits> context_limits() {
+  std::vector<DeviceContextLimits> out;
+  for (ggml_backend_reg_t reg : accelerator_backends()) {
+    auto fn = reinterpret_cast<LimitsFn>(ggml_backend_reg_get_proc_address(reg, "ggml_backend_cuda_context_limits"));
+    if (!fn) continue;
+    for (size_t i = 0; i < ggml_backend_reg_dev_count(reg); ++i) {
+      size_t stack = 0, heap = 0;
+      int lazy = 0;
+      if (!fn(static_cast<int>(i), &stack, &heap, &lazy)) continue;
+      out.push_back({ggml_backend_dev_name(ggml_backend_reg_dev_get(reg, i)), stack, heap, lazy != 0});
+    }
+  }
+  return out;
 }
 
 std::string entry_label() {
@@ -176,7 +193,10 @@ DeviceLifeStatus device_life() {
   s.bring_ups = l.bring_ups;
   s.last_release_ms = l.last_release_ms;
   s.last_bring_up_ms = l.last_bring_up_ms;
-  if (l.up) s.state_bytes = l.at_start + l.most_beyond;
+  if (l.up) {
+    s.state_bytes = l.at_start + l.most_beyond;
+    s.limits = context_limits();
+  }
   return s;
 }
 

@@ -29,6 +29,16 @@ enum class DeviceState {
 };
 std::string_view device_state_name(DeviceState s);  // "none", "in_use", "idle", "released"
 
+// What a device's driver context has set for itself, where the backend can
+// say (ggml-cuda, patched): CUDA grows a context's stack when a kernel needs
+// more, and keeps it until the context goes.
+struct DeviceContextLimits {
+  std::string device;       // ggml's name ("CUDA0")
+  uint64_t stack_size = 0;  // per thread, bytes
+  uint64_t heap_size = 0;   // device-side malloc heap, bytes
+  bool lazy_loading = false;  // kernel modules load at first launch
+};
+
 struct DeviceLifeStatus {
   DeviceState state = DeviceState::absent;
   std::string names;        // ggml's names of the accelerators ("Vulkan0")
@@ -40,6 +50,7 @@ struct DeviceLifeStatus {
   double last_release_ms = 0;
   double last_bring_up_ms = 0;
   int64_t state_bytes = 0;  // the ledger's device_state entry while up
+  std::vector<DeviceContextLimits> limits;  // while up, where the backend reads them
 };
 
 class DeviceHold {

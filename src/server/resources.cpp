@@ -139,6 +139,14 @@ json devices_json(Millis device_idle) {
   j["bring_ups"] = d.bring_ups;
   j["last_release_ms"] = d.last_release_ms;
   j["last_bring_up_ms"] = d.last_bring_up_ms;
+  if (!d.limits.empty()) {
+    json limits = json::array();
+    for (const DeviceContextLimits& l : d.limits) {
+      limits.push_back({{"device", l.device}, {"stack_size", l.stack_size}, {"heap_size", l.heap_size},
+                        {"lazy_loading", l.lazy_loading}});
+    }
+    j["context_limits"] = limits;
+  }
   return j;
 }
 

@@ -80,6 +80,37 @@ TEST(Scheduling, AQueuedRequestNeverEvictsAModelServingOne) {
     EXPECT_EQ(s.waiting, 0);
     EXPECT_GE(s.waits, 1u);
     EXPECT_GT(s.wait_seconds, 0.1);
+    // b's wait says it was a drain, and how long it took (a served for at
+    // least the 200 ms above).
+    EXPECT_EQ(reg.status("b").last_room, "drained");
+    EXPECT_GT(reg.status("b").last_room_wait_s, 0.2);
+    EXPECT_EQ(s.room_loads[static_cast<int>(RoomHow::drained)], 1u);
+    EXPECT_GT(s.room_wait_seconds[static_cast<int>(RoomHow::drained)], 0.2);
+  }
+  EXPECT_EQ(live(), before);
+}
+
+TEST(Scheduling, AWaitSaysWhetherItsModelLoadedBesideTheOthersOrAfterAnEviction) {
+  const uint64_t before = live();
+  {
+    // Room for both: b loads at once beside a busy a, whose request goes on.
+    Registry reg(options(2), models());
+    Lease a = reg.acquire("a");
+    Lease b = reg.acquire("b");
+    EXPECT_EQ(reg.status("a").last_room, "beside");
+    EXPECT_EQ(reg.status("b").last_room, "beside");
+    EXPECT_FALSE(reg.status("a").draining);
+    EXPECT_FALSE(a.cancel_token().cancelled());
+    // No room for c: the idle one of the two goes, at once.
+    b.release();
+    Lease c = reg.acquire("c");
+    EXPECT_EQ(reg.status("c").last_room, "evicted");
+    EXPECT_EQ(reg.status("b").state, ModelState::unloaded);
+    EXPECT_EQ(reg.status("a").state, ModelState::loaded);
+    const SchedulerStats s = reg.scheduler();
+    EXPECT_EQ(s.room_loads[static_cast<int>(RoomHow::beside)], 2u);
+    EXPECT_EQ(s.room_loads[static_cast<int>(RoomHow::evicted)], 1u);
+    EXPECT_EQ(s.room_loads[static_cast<int>(RoomHow::drained)], 0u);
   }
   EXPECT_EQ(live(), before);
 }

@@ -6,9 +6,25 @@
 
 namespace reclaim {
 
+const char* room_how_name(RoomHow how) {
+  switch (how) {
+    case RoomHow::drained: return "drained";
+    case RoomHow::evicted: return "evicted";
+    case RoomHow::behind: return "behind";
+    case RoomHow::beside: return "beside";
+  }
+  return "beside";
+}
+
 uint64_t Line::join(ModelEntry& e) {
   auto it = std::find_if(turns_.begin(), turns_.end(), [&](const Turn& t) { return t.entry == &e; });
-  if (it == turns_.end()) it = turns_.insert(turns_.end(), Turn{next_ticket(), &e, 0, false});
+  if (it == turns_.end()) {
+    Turn t;
+    t.id = next_ticket();
+    t.entry = &e;
+    t.since = std::chrono::steady_clock::now();
+    it = turns_.insert(turns_.end(), t);
+  }
   ++it->waiters;
   return it->id;
 }

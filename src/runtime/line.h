@@ -5,6 +5,7 @@
 // on one model. Used under the registry's lock.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <list>
 #include <string>
@@ -14,11 +15,24 @@ namespace reclaim {
 
 struct ModelEntry;
 
+// How a model that waited in the line found its room, worst first in the
+// order a wait can take: after other models drained (their requests ran to
+// their end), after an idle model was unloaded, after loads and unloads
+// already under way ended, or at once beside the others.
+enum class RoomHow { drained, evicted, behind, beside };
+inline constexpr int kRoomHows = 4;
+const char* room_how_name(RoomHow how);  // "drained", "evicted", "behind", "beside"
+
 struct Turn {
   uint64_t id = 0;
   ModelEntry* entry = nullptr;
   int waiters = 0;      // the requests that joined it, the acting one included
   bool acting = false;  // one of them is making room or loading
+  std::chrono::steady_clock::time_point since;  // when its first request joined
+  bool drained = false, evicted = false, behind = false;  // what making room took so far
+  RoomHow how() const {
+    return drained ? RoomHow::drained : evicted ? RoomHow::evicted : behind ? RoomHow::behind : RoomHow::beside;
+  }
 };
 
 class Line {

@@ -14,6 +14,7 @@
 #include "core/cancel.h"
 #include "engine/batcher.h"
 #include "engine/model.h"
+#include "runtime/line.h"
 #include "runtime/model_life.h"
 #include "runtime/registry_options.h"
 #include "runtime/room.h"
@@ -46,6 +47,10 @@ struct ModelEntry {
   Places estimate_at, reserved_at;  // the same two by place
   uint64_t loads = 0, unloads = 0;
   double last_load_ms = 0, last_unload_ms = 0;
+  // How its last load found room, and how long its line's first request
+  // waited for it (the load itself not included).
+  std::optional<RoomHow> last_room;
+  double last_room_wait_s = 0;
   std::chrono::system_clock::time_point last_use{};
   Steady::time_point last_use_steady{};
   Steady::time_point expires = Steady::time_point::max();

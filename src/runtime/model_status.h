@@ -32,6 +32,8 @@ struct ModelStatus {
   Places bytes_by_device;
   uint64_t loads = 0, unloads = 0;
   double last_load_ms = 0, last_unload_ms = 0;
+  std::string last_room;        // how its last load found room (RoomHow's name); empty before
+  double last_room_wait_s = 0;  // the wait in the line before that load
   std::chrono::system_clock::time_point last_use{};
   // When keep-alive unloads it: once idle, its deadline; while busy, its
   // keep-alive from now. Unset: never (pinned, keep-alive < 0) or not loaded.

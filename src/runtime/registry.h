@@ -89,6 +89,10 @@ struct SchedulerStats {
   // Seconds, by bucket: each wait for a slot, a load or a swap; each load
   // and unload.
   HistogramCounts wait_histogram, load_histogram, unload_histogram;
+  // Loads of models that waited in the line for room, by how the room was
+  // found (RoomHow), and their waits from joining the line to the load.
+  uint64_t room_loads[kRoomHows] = {};
+  double room_wait_seconds[kRoomHows] = {};
 };
 
 class Lease;
@@ -186,7 +190,7 @@ class Registry {
   // not yet (busy models are draining, or models are on their way out).
   bool take_turn_locked(std::unique_lock<std::mutex>& lock, Entry& e, Turn& turn);
   // One step towards room for `for_entry`; true: it fits.
-  bool make_room_locked(std::unique_lock<std::mutex>& lock, Entry& for_entry, int64_t needed);
+  bool make_room_locked(std::unique_lock<std::mutex>& lock, Entry& for_entry, int64_t needed, Turn& turn);
   // Chooses the busy models that drain for room, and cancels the requests
   // of those that drained past drain_timeout.
   void drain_locked(const Occupants& occupants, const std::vector<size_t>& chosen);

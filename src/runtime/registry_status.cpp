@@ -32,6 +32,8 @@ ModelStatus Registry::status_locked(const Entry& e) const {
   s.loads = e.loads;
   s.unloads = e.unloads;
   s.last_load_ms = e.last_load_ms;
+  if (e.last_room) s.last_room = room_how_name(*e.last_room);
+  s.last_room_wait_s = e.last_room_wait_s;
   s.last_unload_ms = e.last_unload_ms;
   s.last_use = e.last_use;
   if (e.state() == ModelState::loaded && !e.spec.pinned) {

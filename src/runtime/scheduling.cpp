@@ -187,8 +187,14 @@ bool Registry::take_turn_locked(std::unique_lock<std::mutex>& lock, Entry& e, Tu
   turn.acting = true;
   Defer done([&] { turn.acting = false; });
   const int64_t needed = estimate_for_locked(lock, e);
-  if (!make_room_locked(lock, e, needed)) return false;
+  if (!make_room_locked(lock, e, needed, turn)) return false;
+  const RoomHow how = turn.how();
+  const double waited = std::chrono::duration<double>(Steady::now() - turn.since).count();
   load_locked(lock, e, needed);
+  ++sched_.room_loads[static_cast<int>(how)];
+  sched_.room_wait_seconds[static_cast<int>(how)] += waited;
+  e.last_room = how;
+  e.last_room_wait_s = waited;
   return true;
 }
 
@@ -221,7 +227,7 @@ bool Registry::drop_saved_locked() {
   return dropped;
 }
 
-bool Registry::make_room_locked(std::unique_lock<std::mutex>& lock, Entry& for_entry, int64_t needed) {
+bool Registry::make_room_locked(std::unique_lock<std::mutex>& lock, Entry& for_entry, int64_t needed, Turn& turn) {
   const MemoryBudget budget{options_.memory_budget, options_.memory_budget_at};
   auto plan_for = [&](const std::vector<Occupant>& others) {
     return plan_room(others, for_entry.spec.name, needed, for_entry.estimate_at, budget, options_.max_loaded);
@@ -249,11 +255,14 @@ bool Registry::make_room_locked(std::unique_lock<std::mutex>& lock, Entry& for_e
         return true;
       case RoomPlan::Step::evict:
         ++sched_.evictions;
+        turn.evicted = true;
         unload_locked(lock, *occupants.who[plan.evict], UnloadMode::drain, Millis(0));
         continue;
       case RoomPlan::Step::wait:
+        turn.behind = true;
         return false;
       case RoomPlan::Step::drain:
+        turn.drained = true;
         drain_locked(occupants, plan.drain);
         return false;
     }

@@ -189,6 +189,18 @@ void scheduler_families(Writer& w, const Registry& registry) {
   w.single("reclaim_queue_client_gone_total", "counter", "Requests whose client left while they waited.", sched.gone);
   w.single("reclaim_swaps_total", "counter", "Models unloaded to make room for a model that waited.", sched.evictions);
   w.single("reclaim_drains_total", "counter", "Busy models chosen to drain to make room.", sched.drains);
+  w.family("reclaim_room_loads_total", "counter",
+           "Loads of models that waited in the line, by how the room was found: beside (at once), behind (loads and "
+           "unloads under way), evicted (an idle model unloaded), drained (busy models finished first).");
+  for (int i = 0; i < kRoomHows; ++i) {
+    w.sample("reclaim_room_loads_total", label("how", room_how_name(static_cast<RoomHow>(i))), sched.room_loads[i]);
+  }
+  w.family("reclaim_room_wait_seconds_total", "counter",
+           "The waits in the line of those loads' first requests, summed by how the room was found.");
+  for (int i = 0; i < kRoomHows; ++i) {
+    w.sample("reclaim_room_wait_seconds_total", label("how", room_how_name(static_cast<RoomHow>(i))),
+             sched.room_wait_seconds[i]);
+  }
   w.single("reclaim_prompt_cache_drops_total", "counter",
          "Times the prompt caches' saves were dropped to make room, before any model.", sched.cache_drops);
 }

@@ -73,6 +73,13 @@ const std::vector<ModelField>& model_fields() {
        .help = "Duration of the model's last load.", .metric = "reclaim_model_last_load_seconds", .scale = 0.001},
       {.key = "last_unload_ms", .value = [](S s) -> json { return s.last_unload_ms; }, .unit = U::millis,
        .help = "Duration of the model's last unload.", .metric = "reclaim_model_last_unload_seconds", .scale = 0.001},
+      {.key = "last_room", .value = [](S s) -> json { return s.last_room; }, .unit = U::text,
+       .help = "How its last load that waited in the line found room: beside the others at once, behind loads and "
+               "unloads under way, after an idle model was unloaded (evicted), or after busy ones drained.",
+       .shown = [](S s) { return !s.last_room.empty(); }},
+      {.key = "last_room_wait_ms", .value = [](S s) -> json { return s.last_room_wait_s * 1000; }, .unit = U::millis,
+       .help = "How long the first request of that load waited in the line for room, the load not included.",
+       .shown = [](S s) { return !s.last_room.empty(); }},
       {.key = "last_use", .value = [](S s) -> json { return s.loads ? json(unix_seconds(s.last_use)) : json(nullptr); },
        .unit = U::since,
        .help = "When a request last let go of it (unix seconds); null before its first load."},

@@ -13,6 +13,10 @@
 //   streams: aggregate completion tokens a second of N concurrent streamed
 //         /v1/completions of n tokens each (greedy, distinct prompts), from
 //         the first request sent to the last stream's end.
+//   B behind A: A streams a long answer (--long tokens); once its first
+//         token is out, B is asked for: the time to B's first token, and how
+//         many of its tokens A's answer got (all of them: A drained first;
+//         fewer: A was cut for B).
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -57,7 +61,7 @@ namespace {
 
 struct Options {
   std::string a, b, reclaim = RECLAIM_BIN, llama_server = RECLAIM_LLAMA_SERVER;
-  int ctx = 1024, n = 64, streams = 4, rounds = 3, swaps = 4, threads = 0;
+  int ctx = 1024, n = 64, streams = 4, rounds = 3, swaps = 4, threads = 0, long_n = 256;
 };
 
 struct StreamResult {
@@ -67,7 +71,8 @@ struct StreamResult {
 };
 
 // A streamed /v1/completions; reads SSE events as they come.
-StreamResult stream_completion(int port, const std::string& model, const std::string& prompt, int n) {
+StreamResult stream_completion(int port, const std::string& model, const std::string& prompt, int n,
+                               const std::function<void()>& on_first = {}) {
   const json req = {{"model", model},         {"prompt", prompt}, {"max_tokens", n}, {"temperature", 0},
                     {"stream", true},         {"stream_options", {{"include_usage", true}}}};
   StreamResult r;
@@ -76,7 +81,10 @@ StreamResult stream_completion(int port, const std::string& model, const std::st
   const int status = post_sse(port, "/v1/completions", req.dump(), [&](const json& j) {
     if (j.contains("choices") && !j["choices"].empty() && r.first_ms < 0) {
       const json& c = j["choices"][0];
-      if (c.contains("text") && c["text"].is_string() && !c["text"].get<std::string>().empty()) r.first_ms = ms_since(t0);
+      if (c.contains("text") && c["text"].is_string() && !c["text"].get<std::string>().empty()) {
+        r.first_ms = ms_since(t0);
+        if (on_first) on_first();
+      }
     }
     if (j.contains("usage") && j["usage"].is_object()) r.tokens = j["usage"].value("completion_tokens", int64_t{0});
   }, all);
@@ -119,7 +127,36 @@ class Prompts {
 struct Figures {
   double swap_ms = 0;  // median over the round's swaps
   double tps = 0;
+  double behind_ms = 0;  // B's first token, asked for while A streams
+  int64_t a_tokens = 0;  // A's answer's tokens meanwhile; -1: its stream failed
 };
+
+// B asked for while A streams a long answer, A loaded and B not.
+void measure_behind(ServerProcess& s, const Options& o, Prompts& prompts, Figures& f) {
+  if (s.model_state("b") != "unloaded") {
+    http_json(s.port, "POST", s.unload_path, {{"model", "b"}});
+    s.wait_state("b", "unloaded");
+  }
+  stream_completion(s.port, "a", prompts.get("a", "warm up", 4), 4);
+  const std::string& long_prompt = prompts.get("a", "a long answer", o.long_n);
+  const std::string& b_prompt = prompts.get("b", "asked for meanwhile", 2);
+  std::promise<void> started;
+  auto a = std::async(std::launch::async, [&] {
+    try {
+      return stream_completion(s.port, "a", long_prompt, o.long_n, [&] { started.set_value(); });
+    } catch (const std::exception&) {
+      StreamResult r;
+      r.tokens = -1;
+      return r;
+    }
+  });
+  if (started.get_future().wait_for(std::chrono::minutes(5)) != std::future_status::ready) {
+    throw Error(s.name + ": A's long answer had no token in 5 minutes");
+  }
+  const StreamResult b = stream_completion(s.port, "b", b_prompt, 2);
+  f.behind_ms = b.first_ms;
+  f.a_tokens = a.get().tokens;
+}
 
 std::string stream_prompt(int i, int round) {
   return "stream " + std::to_string(i) + " of round " + std::to_string(round) + ": tell a story";
@@ -161,6 +198,7 @@ Figures measure(ServerProcess& s, const Options& o, int round, Prompts& prompts)
   const double wall = ms_since(t0);
   if (tokens <= 0) throw Error(s.name + " reported no completion tokens (stream_options.include_usage)");
   f.tps = static_cast<double>(tokens) * 1000.0 / wall;
+  measure_behind(s, o, prompts, f);
   return f;
 }
 
@@ -176,6 +214,7 @@ int main(int argc, char** argv) {
   app.add_option("--streams", o.streams, "concurrent streams (and --parallel / -np)")->capture_default_str();
   app.add_option("--rounds", o.rounds, "rounds, alternating which server goes first")->capture_default_str();
   app.add_option("--swaps", o.swaps, "swaps a round")->capture_default_str();
+  app.add_option("--long", o.long_n, "tokens of A's answer while B is asked for")->capture_default_str();
   app.add_option("-t,--threads", o.threads, "decode threads on both sides (0: all cores)")->capture_default_str();
   app.add_option("--reclaim", o.reclaim, "the reclaim binary")->capture_default_str();
   app.add_option("--llama-server", o.llama_server, "the llama-server binary (scripts/bench-swap builds it)")->capture_default_str();
@@ -226,9 +265,10 @@ int main(int argc, char** argv) {
     llama.start();
     sides.push_back(&llama);
 
-    std::vector<double> swap_ratio, tps_ratio;
-    std::printf("%5s  %12s %12s %7s  %12s %12s %7s\n", "round", "swap reclaim", "llama-srv", "ratio", "tok/s reclaim",
-                "llama-srv", "ratio");
+    std::vector<double> swap_ratio, tps_ratio, behind_ratio;
+    std::printf("%5s  %12s %12s %7s  %12s %12s %7s  %14s %12s %7s  %s\n", "round", "swap reclaim", "llama-srv",
+                "ratio", "tok/s reclaim", "llama-srv", "ratio", "B behind A: rcl", "llama-srv", "ratio",
+                "A's tokens meanwhile (reclaim, llama-server)");
     // Every prompt chosen before anything is timed: choosing loads models.
     Prompts prompts(reclaim.port);
     std::string last = "a";
@@ -239,6 +279,8 @@ int main(int argc, char** argv) {
     }
     prompts.get("a", "warm up", 4);
     prompts.get(last, "warm up the batch", 4);
+    prompts.get("a", "a long answer", o.long_n);
+    prompts.get("b", "asked for meanwhile", 2);
     for (int r = 0; r < o.rounds; ++r) {
       for (int i = 0; i < o.streams; ++i) prompts.get(last, stream_prompt(i, r), o.n);
     }
@@ -248,13 +290,17 @@ int main(int argc, char** argv) {
       in_turn(r, [&] { fr = measure(reclaim, o, r, prompts); }, [&] { fl = measure(llama, o, r, prompts); });
       swap_ratio.push_back(fr.swap_ms / fl.swap_ms);
       tps_ratio.push_back(fr.tps / fl.tps);
-      std::printf("%5d  %9.0f ms %9.0f ms %6.2fx  %12.1f %12.1f %6.2fx\n", r + 1, fr.swap_ms, fl.swap_ms,
-                  swap_ratio.back(), fr.tps, fl.tps, tps_ratio.back());
+      behind_ratio.push_back(fr.behind_ms / fl.behind_ms);
+      std::printf("%5d  %9.0f ms %9.0f ms %6.2fx  %12.1f %12.1f %6.2fx  %11.0f ms %9.0f ms %6.2fx  %lld, %lld of %d\n",
+                  r + 1, fr.swap_ms, fl.swap_ms, swap_ratio.back(), fr.tps, fl.tps, tps_ratio.back(), fr.behind_ms,
+                  fl.behind_ms, behind_ratio.back(), static_cast<long long>(fr.a_tokens),
+                  static_cast<long long>(fl.a_tokens), o.long_n);
       std::fflush(stdout);
     }
     std::printf("median: swap %.2fx of llama-server's time (target <= 0.5x), %d-stream throughput %.2fx of "
                 "llama-server's (target >= 1.0x)\n",
                 median(swap_ratio), o.streams, median(tps_ratio));
+    std::printf("median: B's first token while A streams %.2fx of llama-server's time\n", median(behind_ratio));
     for (ServerProcess* s : sides) s->stop();
     std::filesystem::remove_all(dir);
     return 0;

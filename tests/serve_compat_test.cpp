@@ -460,3 +460,76 @@ TEST(ServeCompat, ACompletionSaysWhatItRanWithAndIgnoreEosBansTheEndTokens) {
   expect_error(s.post("/completion", with(body, {{"ignore_eos", "yes"}})), 400, "ignore_eos");
   s.expect_clean();
 }
+
+namespace {
+
+// The variables Vertex AI starts a container with, for one server's start.
+class VertexMode {
+ public:
+  VertexMode() {
+    setenv("AIP_MODE", "PREDICTION", 1);
+    setenv("AIP_HEALTH_ROUTE", "ping", 1);
+  }
+  ~VertexMode() {
+    unsetenv("AIP_MODE");
+    unsetenv("AIP_HEALTH_ROUTE");
+  }
+  VertexMode(const VertexMode&) = delete;
+  VertexMode& operator=(const VertexMode&) = delete;
+};
+
+}  // namespace
+
+TEST(ServeCompat, VertexPredictSendsEachInstanceToTheEndpointItNames) {
+  std::unique_ptr<Served> s;
+  {
+    VertexMode vertex;
+    s = std::make_unique<Served>(std::vector<std::string>{}, true);
+  }
+  // Its health route, beside /health.
+  EXPECT_EQ(s->get("/ping")["status"], "ok");
+  const json instances = {
+      with(kChat, {{"@requestFormat", "chatCompletions"}, {"model", "spm"}}),
+      {{"@requestFormat", "/v1/embeddings"}, {"model", "bpe"}, {"input", "hello"}},
+      // Ollama's endpoints stream unless told: one answer an instance.
+      {{"@requestFormat", "apiGenerate"}, {"model", "spm"}, {"prompt", "Once"}, {"options", {{"num_predict", 2}}}},
+      {{"@requestFormat", "chatCompletions"}, {"model", "nobody"}, {"messages", kChat["messages"]}},
+      {{"@requestFormat", "noSuchEndpoint"}},
+      json(3),
+      {{"model", "spm"}},
+  };
+  const json body = s->post_json("/predict", {{"instances", instances}});
+  const json& p = body["predictions"];
+  ASSERT_EQ(p.size(), instances.size()) << body.dump();
+  EXPECT_EQ(p[0]["choices"][0]["message"]["role"], "assistant") << p[0].dump();
+  EXPECT_EQ(p[0]["usage"]["completion_tokens"], 2) << p[0].dump();
+  // The same as the endpoint answers directly.
+  const json direct = s->post_json("/v1/embeddings", {{"model", "bpe"}, {"input", "hello"}});
+  EXPECT_EQ(p[1]["data"][0]["embedding"], direct["data"][0]["embedding"]) << p[1].dump().substr(0, 300);
+  EXPECT_FALSE(direct["data"][0]["embedding"].empty());
+  EXPECT_EQ(p[2]["done"], true) << p[2].dump();
+  EXPECT_EQ(p[2]["eval_count"], 2) << p[2].dump();
+  // What one instance gets wrong is its own prediction's error, in its
+  // endpoint's shape; the others are answered.
+  EXPECT_EQ(p[3]["error"]["code"], "model_not_found") << p[3].dump();
+  EXPECT_NE(p[4]["error"]["message"].get<std::string>().find("noSuchEndpoint"), std::string::npos) << p[4].dump();
+  EXPECT_NE(p[5]["error"]["message"].get<std::string>().find("JSON object"), std::string::npos) << p[5].dump();
+  EXPECT_NE(p[6]["error"]["message"].get<std::string>().find("@requestFormat"), std::string::npos) << p[6].dump();
+
+  // The body itself: instances missing, or more than the bound.
+  auto r = s->post("/predict", {{"inputs", json::array()}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400) << r->body;
+  r = s->post("/predict", {{"instances", json(std::vector<json>(129, json::object()))}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400) << r->body;
+  EXPECT_NE(r->body.find("128"), std::string::npos) << r->body;
+  s->expect_clean();
+}
+
+TEST(ServeCompat, WithoutVertexsVariablesThereIsNoPredictRoute) {
+  Served s;
+  auto r = s.post("/predict", {{"instances", json::array()}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 404) << r->body;
+}

@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <cstdio>
@@ -274,6 +276,34 @@ std::vector<std::string> read_api_keys_file(const std::string& path) {
   return keys;
 }
 
+// A variable's value with a leading '/', or empty where it is unset.
+std::string route_from_env(const char* name) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return "";
+  return *v == '/' ? std::string(v) : "/" + std::string(v);
+}
+
+// Google Cloud's Vertex AI starts a custom container with AIP_MODE=PREDICTION
+// and names its port and routes in AIP_* variables, which llama-server
+// honours too.
+void vertex_options(server::ServerOptions& so) {
+  const char* mode = std::getenv("AIP_MODE");
+  if (!mode || std::string_view(mode) != "PREDICTION") return;
+  so.vertex_predict_route = route_from_env("AIP_PREDICT_ROUTE");
+  if (so.vertex_predict_route.empty()) so.vertex_predict_route = "/predict";
+  so.vertex_health_route = route_from_env("AIP_HEALTH_ROUTE");
+  if (const char* port = std::getenv("AIP_HTTP_PORT"); port && *port) {
+    int p = 0;
+    const std::string_view text(port);
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), p);
+    if (ec != std::errc() || end != text.data() + text.size() || p <= 0 || p > 65535) {
+      throw Error(std::string("AIP_HTTP_PORT '") + port + "' is not a port");
+    }
+    if (p != so.port) std::fprintf(stderr, "reclaim: AIP_HTTP_PORT %d instead of --port %d\n", p, so.port);
+    so.port = p;
+  }
+}
+
 server::ServerOptions server_options(const Args& a) {
   server::ServerOptions so;
   so.host = a.host;
@@ -297,6 +327,7 @@ server::ServerOptions server_options(const Args& a) {
   so.stream_keepalive = duration(a.stream_keepalive, "stream-keepalive");
   so.grammar_token_time = duration(a.grammar_token_time, "grammar-token-time");
   so.allow_insecure_pull = a.allow_insecure_pull;
+  vertex_options(so);
   return so;
 }
 

@@ -9,6 +9,7 @@
 #include <regex>
 #include <utility>
 
+#include "core/error.h"
 #include "server/anthropic.h"
 #include "server/connections.h"
 #include "server/http_errors.h"
@@ -235,6 +236,19 @@ void Server::routes() {
   });
 
   for (const Route& r : route_table()) add_route(r);
+  // Vertex AI's paths, named by its variables at start-up. The strings live
+  // in options_ as long as the server.
+  if (!options_.vertex_predict_route.empty()) {
+    for (const Route& r : route_table()) {
+      if (options_.vertex_predict_route == r.path) {
+        throw Error("AIP_PREDICT_ROUTE '" + options_.vertex_predict_route + "' is one of the server's own paths");
+      }
+    }
+    add_route({"POST", options_.vertex_predict_route.c_str(), send_error, &Server::vertex_predict});
+  }
+  if (!options_.vertex_health_route.empty()) {
+    add_route({"GET", options_.vertex_health_route.c_str(), send_error, &Server::health});
+  }
 }
 
 }  // namespace reclaim::server

@@ -67,6 +67,10 @@ struct ServerOptions {
   // unless the operator allows it: a client would otherwise make the server
   // fetch from any host of its network unchecked.
   bool allow_insecure_pull = false;
+  // Google Cloud's Vertex AI (AIP_MODE=PREDICTION): its predict route
+  // (AIP_PREDICT_ROUTE, /predict by default; empty: none) and a second path
+  // for /health (AIP_HEALTH_ROUTE; empty: none).
+  std::string vertex_predict_route, vertex_health_route;
   int http_threads = 4;                // threads that stay; more start as connections come
   int max_connections = 512;           // connections served at once; more wait for a thread
   Millis read_timeout = std::chrono::seconds(10);  // to deliver a whole request (slowloris)
@@ -159,6 +163,11 @@ class Server {
   void detokenize_tokens(const httplib::Request& req, httplib::Response& res);
   // Reranking (server/rerank.cpp).
   void rerank_documents(const httplib::Request& req, httplib::Response& res);
+  // Vertex AI's predict route (server/vertex.cpp): each instance to the
+  // POST endpoint its @requestFormat names.
+  void vertex_predict(const httplib::Request& req, httplib::Response& res);
+  static const Route* predict_route(const std::string& format);
+  nlohmann::json predict_one(const httplib::Request& req, const nlohmann::json& instance);
   // Ollama's (server/ollama_routes.cpp).
   void ollama_version(const httplib::Request& req, httplib::Response& res);
   void ollama_tags(const httplib::Request& req, httplib::Response& res);

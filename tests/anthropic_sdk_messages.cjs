@@ -45,7 +45,7 @@ async function main() {
   const answered = await client.messages.create(turn);
   const { max_tokens: _, ...turnCounted } = turn;
   out.tool = { type: answered.type, stop_reason: answered.stop_reason, blocks: answered.content.map((b) => b.type),
-    input_tokens: answered.usage.input_tokens,
+    input_tokens: answered.usage.input_tokens + answered.usage.cache_read_input_tokens,
     counted: (await client.messages.countTokens(turnCounted)).input_tokens,
     question_only: (await client.messages.countTokens({ ...turnCounted, messages: [question] })).input_tokens };
 

@@ -174,6 +174,7 @@ TEST(Anthropic, AStreamIsMessageStartThenEachBlockThenTheStopReason) {
   // The whole message names the calls as the stream did.
   auto again = anthropic_answer(req);
   r.timings.prompt_tokens = 5;
+  r.timings.cached_tokens = 2;
   const json m = json::parse(again->whole(r, &reply, nullptr));
   EXPECT_EQ(m["type"], "message");
   EXPECT_EQ(m["role"], "assistant");
@@ -182,7 +183,9 @@ TEST(Anthropic, AStreamIsMessageStartThenEachBlockThenTheStopReason) {
   EXPECT_EQ(m["content"][0]["type"], "thinking");
   EXPECT_EQ(m["content"][1], json({{"type", "text"}, {"text", "Calling."}}));
   EXPECT_EQ(m["content"][2]["input"], json({{"city", "Paris"}}));
-  EXPECT_EQ(m["usage"], json({{"input_tokens", 5}, {"output_tokens", 9}}));
+  // What the prompt cache held is counted apart, as Anthropic counts a cache read.
+  EXPECT_EQ(m["usage"], json({{"input_tokens", 3}, {"cache_read_input_tokens", 2}, {"cache_creation_input_tokens", 0},
+                              {"output_tokens", 9}}));
 }
 
 TEST(Anthropic, StopReasonsAndErrorsAreAnthropics) {

@@ -47,7 +47,11 @@ TEST(ServeAnthropic, AMessageItsStreamAndItsCountAgree) {
   // count_tokens counts what the message's prompt was.
   json count_body = kBody;
   count_body.erase("max_tokens");
-  EXPECT_EQ(s.post_json("/v1/messages/count_tokens", count_body)["input_tokens"], m["usage"]["input_tokens"]);
+  // Anthropic's usage counts apart what the cache held: the two make the
+  // prompt.
+  const int prompt = m["usage"]["input_tokens"].get<int>() + m["usage"]["cache_read_input_tokens"].get<int>();
+  EXPECT_EQ(m["usage"]["cache_creation_input_tokens"], 0);
+  EXPECT_EQ(s.post_json("/v1/messages/count_tokens", count_body)["input_tokens"], prompt);
 
   // Streamed, greedy: the same text, in Anthropic's events.
   json streamed = kBody;
@@ -74,9 +78,14 @@ TEST(ServeAnthropic, AMessageItsStreamAndItsCountAgree) {
   EXPECT_EQ(names[names.size() - 3], "content_block_stop");
   EXPECT_EQ(names.back(), "message_stop");
   EXPECT_EQ(text, whole);
-  EXPECT_EQ(start["message"]["usage"]["input_tokens"], m["usage"]["input_tokens"]);
+  // message_start is sent before the cache is looked at: the whole prompt;
+  // message_delta says what the cache held. The same prompt again: all but
+  // the last token of it from the cache.
+  EXPECT_EQ(start["message"]["usage"]["input_tokens"], prompt);
   EXPECT_EQ(stop["delta"]["stop_reason"], m["stop_reason"]);
   EXPECT_EQ(stop["usage"]["output_tokens"], m["usage"]["output_tokens"]);
+  EXPECT_EQ(stop["usage"]["input_tokens"].get<int>() + stop["usage"]["cache_read_input_tokens"].get<int>(), prompt);
+  EXPECT_GT(stop["usage"]["cache_read_input_tokens"].get<int>(), 0) << stop.dump();
 
   // Errors are Anthropic's.
   json no_max = kBody;
@@ -118,7 +127,7 @@ TEST(ServeAnthropic, AnAgentsToolTranscriptIsRenderedAndAnswered) {
   const int with = s.post_json("/v1/messages/count_tokens", fewer)["input_tokens"];
   fewer["messages"] = json::array({messages[0]});
   EXPECT_GT(with, s.post_json("/v1/messages/count_tokens", fewer)["input_tokens"].get<int>() + 10);
-  EXPECT_EQ(with, m["usage"]["input_tokens"]);
+  EXPECT_EQ(with, m["usage"]["input_tokens"].get<int>() + m["usage"]["cache_read_input_tokens"].get<int>());
   s.post("/v1/models/unload", {{"model", "qwen"}});
   s.expect_clean();
 }
@@ -150,7 +159,9 @@ TEST(ServeAnthropic, TheOfficialSdkCreatesStreamsCountsAndTakesAToolsResult) {
   EXPECT_EQ(got["stream"]["text"], got["create"]["text"]) << out;
   EXPECT_EQ(got["stream"]["stop_reason"], got["create"]["stop_reason"]) << out;
   EXPECT_EQ(got["stream"]["usage"]["output_tokens"], got["create"]["usage"]["output_tokens"]) << out;
-  EXPECT_EQ(got["count"]["input_tokens"], got["create"]["usage"]["input_tokens"]) << out;
+  EXPECT_EQ(got["count"]["input_tokens"].get<int>(), got["create"]["usage"]["input_tokens"].get<int>() +
+                                                    got["create"]["usage"]["cache_read_input_tokens"].get<int>())
+      << out;
   // The call and its result are in the turn's prompt, which count_tokens counts.
   EXPECT_EQ(got["tool"]["type"], "message") << out;
   EXPECT_EQ(got["tool"]["input_tokens"], got["tool"]["counted"]) << out;

@@ -41,7 +41,7 @@ std::pair<std::string, std::string> streamed_content(Served& s, json body) {
     const json chunk = json::parse(data);
     EXPECT_FALSE(chunk.contains("error")) << data;
     const json& c = chunk["choices"][0];
-    if (c["delta"].contains("content")) content += c["delta"]["content"].get<std::string>();
+    if (c["delta"].contains("content") && c["delta"]["content"].is_string()) content += c["delta"]["content"].get<std::string>();
     if (!c["finish_reason"].is_null()) finish = c["finish_reason"];
   }
   return {content, finish};

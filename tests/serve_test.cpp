@@ -69,7 +69,9 @@ TEST(Serve, ChatStreamedAndNotAndCompletionsThenNothingIsLeft) {
       continue;
     }
     ++chunks;
-    if (c["choices"][0]["delta"].contains("content")) text += c["choices"][0]["delta"]["content"].get<std::string>();
+    if (c["choices"][0]["delta"].contains("content") && c["choices"][0]["delta"]["content"].is_string()) {
+      text += c["choices"][0]["delta"]["content"].get<std::string>();
+    }
     // The finishing chunk carries llama-server's timings, as its clients read them.
     if (!c["choices"][0]["finish_reason"].is_null()) {
       timings = true;

@@ -56,7 +56,7 @@ class AnthropicAnswer : public Answer {
         content.push_back({{"type", "tool_use"}, {"id", tool_id(c.id, i)}, {"name", c.name}, {"input", input}});
       }
     }
-    json m = message(content, r.timings.prompt_tokens, r.timings.generated_tokens);
+    json m = message(content, r.timings.prompt_tokens, r.timings.generated_tokens, r.timings.cached_tokens);
     m["stop_reason"] = stop_reason(r.finish, reply);
     m["stop_sequence"] = r.finish == FinishReason::stop && !(reply && !reply->tool_calls.empty()) ? json(r.stop) : json(nullptr);
     return m.dump();
@@ -98,7 +98,8 @@ class AnthropicAnswer : public Answer {
                                    {"delta",
                                     {{"stop_reason", stop_reason(r.finish, reply)},
                                      {"stop_sequence", r.finish == FinishReason::stop && !calls ? json(r.stop) : json(nullptr)}}},
-                                   {"usage", {{"output_tokens", r.timings.generated_tokens}}}});
+                                   {"usage", usage(r.timings.prompt_tokens, r.timings.generated_tokens,
+                                                   r.timings.cached_tokens)}});
     return out + event("message_stop", {{"type", "message_stop"}});
   }
 
@@ -107,7 +108,13 @@ class AnthropicAnswer : public Answer {
  private:
   enum class Block { none, text, thinking, tool };
 
-  json message(const json& content, int64_t input_tokens, int64_t output_tokens) const {
+  // Anthropic counts the prompt's tokens read from a cache apart from those
+  // it took in: here those the prompt cache held, which were not decoded.
+  static json usage(int64_t prompt_tokens, int64_t output_tokens, int64_t cached) {
+    return {{"input_tokens", prompt_tokens - cached}, {"cache_read_input_tokens", cached},
+            {"cache_creation_input_tokens", 0}, {"output_tokens", output_tokens}};
+  }
+  json message(const json& content, int64_t input_tokens, int64_t output_tokens, int64_t cached) const {
     return {{"id", id_},
             {"type", "message"},
             {"role", "assistant"},
@@ -115,7 +122,7 @@ class AnthropicAnswer : public Answer {
             {"content", content},
             {"stop_reason", nullptr},
             {"stop_sequence", nullptr},
-            {"usage", {{"input_tokens", input_tokens}, {"output_tokens", output_tokens}}}};
+            {"usage", usage(input_tokens, output_tokens, cached)}};
   }
   // The template's parser gives an id where the model wrote one; Anthropic's
   // clients need one to answer the call with.
@@ -128,7 +135,7 @@ class AnthropicAnswer : public Answer {
     if (started_) return "";
     started_ = true;
     return event("message_start", {{"type", "message_start"},
-                                   {"message", message(json::array(), static_cast<int64_t>(req_.generate.prompt_tokens.size()), 0)}});
+                                   {"message", message(json::array(), static_cast<int64_t>(req_.generate.prompt_tokens.size()), 0, 0)}});
   }
   std::string close() {
     if (open_ == Block::none) return "";

@@ -21,9 +21,10 @@ json chat_message_json(const ChatReply& reply) {
   return m;
 }
 
-json delta_json(const ChatDelta& d, bool first) {
+json role_delta_json() { return {{"role", "assistant"}, {"content", nullptr}}; }
+
+json delta_json(const ChatDelta& d) {
   json delta = json::object();
-  if (first) delta["role"] = "assistant";
   if (!d.content.empty()) delta["content"] = d.content;
   if (!d.reasoning.empty()) delta["reasoning_content"] = d.reasoning;
   if (d.tool_index != std::string::npos) {

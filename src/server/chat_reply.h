@@ -11,8 +11,11 @@
 namespace reclaim::server {
 
 nlohmann::json chat_message_json(const ChatReply& reply);
-// A stream chunk's delta; `first` opens it with the assistant's role.
-nlohmann::json delta_json(const ChatDelta& d, bool first);
+// A stream's first chunk's delta, the assistant's role alone (content null,
+// as llama-server sends it; OpenAI's clients take null or "").
+nlohmann::json role_delta_json();
+// A stream chunk's delta.
+nlohmann::json delta_json(const ChatDelta& d);
 const char* chat_finish_reason(FinishReason f, const ChatReply& reply);
 
 }  // namespace reclaim::server

@@ -53,21 +53,21 @@ class OpenAiAnswer : public Answer {
   }
 
   std::string delta(const ChatDelta& d, const json& logprobs) override {
-    std::string out = sse(chunk_json(req_, delta_json(d, first_), nullptr, id_, created_, logprobs));
-    first_ = false;
-    return out;
+    return role() + sse(chunk_json(req_, delta_json(d), nullptr, id_, created_, logprobs));
   }
 
   std::string end(const GenerateResult& r, const ChatReply* reply, const json& logprobs) override {
-    json last = reply ? chunk_json(req_, delta_json(ChatDelta{}, first_), chat_finish_reason(r.finish, *reply), id_, created_, logprobs)
+    std::string out = reply ? role() : "";
+    json last = reply ? chunk_json(req_, delta_json(ChatDelta{}), chat_finish_reason(r.finish, *reply), id_, created_, logprobs)
                       : chunk_json(req_, json(""), openai_finish_reason(r.finish), id_, created_, logprobs);
-    // As llama-server's last chunk: clients that show speeds read it there.
+    // As llama-server's last chunks: clients that show speeds read it there.
     last["timings"] = timings_json(r);
-    std::string out = sse(last);
+    out += sse(last);
     if (req_.include_usage) {
       json u = chunk_json(req_, req_.chat ? json::object() : json(""), nullptr, id_, created_);
       u["choices"] = json::array();
       u["usage"] = usage_json(r);
+      u["timings"] = last["timings"];
       out += sse(u);
     }
     return out + "data: [DONE]\n\n";
@@ -76,6 +76,13 @@ class OpenAiAnswer : public Answer {
   std::string stream_error(const ApiError& e) override { return sse(error_json(e)) + "data: [DONE]\n\n"; }
 
  private:
+  // The chat stream's first chunk, once: the role alone.
+  std::string role() {
+    if (!first_) return "";
+    first_ = false;
+    return sse(chunk_json(req_, role_delta_json(), nullptr, id_, created_));
+  }
+
   const CompletionRequest& req_;
   std::string id_;
   int64_t created_;

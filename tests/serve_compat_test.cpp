@@ -390,6 +390,23 @@ TEST(ServeCompat, PropsOfSeveralModelsAreTheRoutersAndNameOneByQuery) {
   s.expect_clean();
 }
 
+TEST(ServeCompat, AServerOfModelsItFoundAnswersPropsAsTheRouterEvenWithOne) {
+  // As llama-server started without -m: a router, whatever its models.
+  const std::string dir = temp_path("props-router");
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(spm(), dir + "/solo.gguf", std::filesystem::copy_options::overwrite_existing);
+  {
+    Served s({"--models-dir", dir, "--max-loaded", "2"}, false);
+    const json router = s.get("/props");
+    EXPECT_EQ(router["role"], "router") << router.dump();
+    EXPECT_EQ(router["max_instances"], 2);
+    EXPECT_EQ(s.get("/props?model=solo")["model_alias"], "solo");
+    // A request that names no model still goes to the only one.
+    EXPECT_EQ(s.post_json("/v1/completions", kPrompt)["model"], "solo");
+  }
+  std::filesystem::remove_all(dir);
+}
+
 // llama-server's /tokenize, /detokenize and /apply-template, as its own
 // tests (tools/server/tests/unit/test_tokenize.py, test_chat_completion.py)
 // call them.

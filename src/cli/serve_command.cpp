@@ -321,6 +321,7 @@ server::ServerOptions server_options(const Args& a) {
   so.tls_key_file = a.ssl_key_file;
   so.chat_template = a.chat_template;
   so.default_model = a.default_model;
+  so.router = a.models.empty() && a.config.empty();
   so.unload_timeout = duration(a.unload_timeout, "unload-timeout");
   so.max_connections = a.max_connections;
   so.read_timeout = duration(a.read_timeout, "read-timeout");

@@ -44,10 +44,11 @@ std::string Server::model_of_query(const httplib::Request& req) const {
 }
 
 void Server::props(const httplib::Request& req, httplib::Response& res) {
-  const std::string name = model_of_query(req);
+  const std::string name = req.has_param("model") || !options_.router ? model_of_query(req) : std::string();
   const RegistryOptions& o = registry_.options();
   if (name.empty()) {
-    // A server of several models answers as llama-server's router does.
+    // A server of several models, or of models it found itself, answers as
+    // llama-server's router does.
     res.set_content(json{{"role", "router"},
                          {"max_instances", o.max_loaded},
                          {"models_autoload", o.autoload},

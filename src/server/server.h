@@ -55,6 +55,10 @@ struct ServerOptions {
   // The model an OpenAI request that names none gets (empty: the server's
   // only model, where it has one; with several, the request must name it).
   std::string default_model;
+  // Started without naming its models (-m or --config): they come from a
+  // directory or the stores, as llama-server's router's do, and /props
+  // without a model answers as that router, however many there are.
+  bool router = false;
   // Asked on a request for a name the server does not have: looks for more
   // models (--models-dir again); true if it found some.
   std::function<bool()> rediscover;

@@ -102,7 +102,7 @@ TEST(ServeChat, EachMistakeIsA400NamingItsField) {
       {{{"response_format", {{"type", "xml"}}}}, "response_format.type"},
       {{{"response_format", {{"type", "json_schema"}, {"json_schema", {{"schema", {{"type", "no-such-type"}}}}}}}}, "response_format"},
       {{{"grammar", "root ::= ("}}, "grammar"},
-      {{{"n", 2}}, "n"},
+      {{{"n", 9}}, "n"},
       {{{"frequency_penalty", 3}}, "frequency_penalty"},
       {{{"presence_penalty", "high"}}, "presence_penalty"},
       {{{"parallel_tool_calls", "yes"}}, "parallel_tool_calls"},

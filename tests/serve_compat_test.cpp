@@ -550,3 +550,34 @@ TEST(ServeCompat, WithoutVertexsVariablesThereIsNoPredictRoute) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 404) << r->body;
 }
+
+TEST(ServeCompat, NChoicesAreNGenerationsEachAsItsOwnRequestWithTheNextSeedWouldGive) {
+  Served s;
+  const json sampled = {{"temperature", 1.0}, {"seed", 7}, {"max_tokens", 6}, {"model", "spm"}};
+  const json body = with(with(kChat, sampled), {{"n", 3}});
+  const json all = s.post_json("/v1/chat/completions", body);
+  ASSERT_EQ(all["choices"].size(), 3u) << all.dump();
+  int64_t completion = 0;
+  for (int i = 0; i < 3; ++i) {
+    const json& c = all["choices"][i];
+    EXPECT_EQ(c["index"], i);
+    EXPECT_EQ(c["message"]["role"], "assistant");
+    // Choice i is what a request of its own with seed 7 + i answers.
+    const json alone = s.post_json("/v1/chat/completions", with(with(kChat, sampled), {{"seed", 7 + i}}));
+    EXPECT_EQ(c["message"]["content"], alone["choices"][0]["message"]["content"]) << i;
+    completion += alone["usage"]["completion_tokens"].get<int64_t>();
+  }
+  // The prompt counted once, every choice's completion.
+  EXPECT_EQ(all["usage"]["completion_tokens"], completion);
+  EXPECT_EQ(all["usage"]["total_tokens"], all["usage"]["prompt_tokens"].get<int64_t>() + completion);
+
+  const json text = s.post_json("/v1/completions", with(with(kPrompt, sampled), {{"n", 2}}));
+  ASSERT_EQ(text["choices"].size(), 2u) << text.dump();
+  EXPECT_EQ(text["choices"][1]["index"], 1);
+
+  // Refused: streamed, none, past the bound.
+  expect_error(s.post("/v1/chat/completions", with(body, {{"stream", true}})), 400, "stream");
+  expect_error(s.post("/v1/chat/completions", with(body, {{"n", 0}})), 400, "'n'");
+  expect_error(s.post("/v1/chat/completions", with(body, {{"n", 9}})), 400, "1 to 8");
+  s.expect_clean();
+}

@@ -214,23 +214,19 @@ json logprobs_json(const Running& run, const llama_vocab* vocab, const std::vect
   return run.chat ? chat_logprobs_json(vocab, entries) : completion_logprobs_json(vocab, entries, offset);
 }
 
-// A request not streamed: held, generated, answered whole.
-void answer_whole(httplib::Response& res, Running& run) {
+// One generation of a request answered whole, in its API's shape; empty
+// where nobody reads it (its client left) or it was cancelled (`res` has the
+// error then).
+std::optional<std::string> one_whole(httplib::Response& res, Running& run) {
   RequestRun& request = *run.request;
-  try {
-    request.hold(run.req.model, run.keep_alive);
-  } catch (const ClientGone&) {
-    return;  // counted by the run; nobody reads an answer
-  }
-  prepare(run);
-  run.answer->held();
   const GenerateResult r = run_generation(run, {});
-  switch (request.finish(r)) {
-    case RunEnd::client_gone: return;
-    case RunEnd::cancelled:
-      run.answer->send_error(res, {503, "server_error", "cancelled", "the request was cancelled: its model is being unloaded", 5});
-      return;
-    default: break;
+  const RunEnd end = request.finish(r);
+  if (end == RunEnd::client_gone || (r.finish == FinishReason::cancelled && r.cancel_reason == CancelReason::client_gone)) {
+    return std::nullopt;
+  }
+  if (end == RunEnd::cancelled || r.finish == FinishReason::cancelled) {
+    run.answer->send_error(res, {503, "server_error", "cancelled", "the request was cancelled: its model is being unloaded", 5});
+    return std::nullopt;
   }
   json logprobs;
   std::optional<ChatReply> reply;
@@ -242,7 +238,52 @@ void answer_whole(httplib::Response& res, Running& run) {
     const llama_vocab* vocab = request.model().vocab();
     logprobs = logprobs_json(run, vocab, r.logprobs, 0);
   }
-  res.set_content(run.answer->whole(r, reply ? &*reply : nullptr, logprobs), "application/json");
+  return run.answer->whole(r, reply ? &*reply : nullptr, logprobs);
+}
+
+// A request not streamed: held, generated (OpenAI's n times), answered whole.
+void answer_whole(httplib::Response& res, Running& run) {
+  RequestRun& request = *run.request;
+  if (run.req.choices > 1 && run.req.infill) bad_field("n", "'n' above 1 is for OpenAI's completions, not /infill", "unsupported_n");
+  try {
+    request.hold(run.req.model, run.keep_alive);
+  } catch (const ClientGone&) {
+    return;  // counted by the run; nobody reads an answer
+  }
+  prepare(run);
+  run.answer->held();
+  std::optional<std::string> first = one_whole(res, run);
+  if (!first) return;
+  if (run.req.choices == 1) {
+    res.set_content(*first, "application/json");
+    return;
+  }
+  // The others after it, each with a fresh reader (a chat's reads one reply:
+  // the template is rendered again for it, the prepared request kept) and,
+  // where the request set a seed, the next seed: n draws with one seed would
+  // be one answer n times. The prompt is in the cache by then.
+  json all = json::parse(*first);
+  for (int i = 1; i < run.req.choices; ++i) {
+    if (run.chat) {
+      GenerateRequest prepared = run.req.generate;
+      render_chat(run, request.model());
+      run.req.generate = std::move(prepared);
+    }
+    SamplingParams& sampling = run.req.generate.sampling;
+    if (sampling.seed != LLAMA_DEFAULT_SEED) ++sampling.seed;
+    const std::optional<std::string> next = one_whole(res, run);
+    if (!next) return;
+    json choice = json::parse(*next);
+    choice["choices"][0]["index"] = i;
+    all["choices"].push_back(choice["choices"][0]);
+    if (all.contains("usage") && choice.contains("usage")) {
+      // The prompt once, as OpenAI counts it; every choice's completion.
+      json& u = all["usage"];
+      u["completion_tokens"] = u["completion_tokens"].get<int64_t>() + choice["usage"]["completion_tokens"].get<int64_t>();
+      u["total_tokens"] = u["prompt_tokens"].get<int64_t>() + u["completion_tokens"].get<int64_t>();
+    }
+  }
+  res.set_content(all.dump(), "application/json");
 }
 
 // One stream's body, written as text comes: its sink, whether its client is

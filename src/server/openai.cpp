@@ -323,10 +323,18 @@ CompletionRequest parse_completion_request(json j, bool chat, const json& defaul
   parse_sampling(j, chat, r.generate);
   parse_output_format(j, r);
   parse_logprobs(j, chat, r.generate);
-  if (has_field(j, "n") && get_field<int64_t>(j, "n", "an integer") != 1) {
-    bad_field("n", "'n' must be 1: this server gives one choice a request (send n requests for n choices)", "unsupported_n");
-  }
   if (j.contains("stream") && !j["stream"].is_null()) r.stream = get_field<bool>(j, "stream", "true or false");
+  if (has_field(j, "n")) {
+    const int64_t n = get_field<int64_t>(j, "n", "an integer");
+    if (n < 1 || n > kMaxChoices) {
+      bad_field("n", "'n' is " + std::to_string(n) + "; it must be 1 to " + std::to_string(kMaxChoices), "unsupported_n");
+    }
+    if (n > 1 && r.stream) {
+      bad_field("n", "'n' above 1 is answered whole: send it with \"stream\": false, or n streamed requests",
+                "unsupported_n");
+    }
+    r.choices = static_cast<int>(n);
+  }
   if (j.contains("stream_options") && !j["stream_options"].is_null()) {
     if (!j["stream_options"].is_object()) bad_request("'stream_options' must be an object");
     const json& so = j["stream_options"];

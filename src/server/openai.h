@@ -47,6 +47,10 @@ inline constexpr const char* kModelRequired =
 // nests deeper than kMaxJsonDepth.
 nlohmann::json parse_object(const std::string& body);
 
+// The most choices (OpenAI's n) a request may ask for: each is a generation
+// of its own, one after another on the request's sequence.
+inline constexpr int kMaxChoices = 8;
+
 struct CompletionRequest {
   bool chat = false;
   std::string model;
@@ -57,6 +61,7 @@ struct CompletionRequest {
   GenerateRequest generate;           // sampling, max_tokens, stop (prompt filled later for chat)
   bool stream = false;
   bool include_usage = false;         // stream_options.include_usage
+  int choices = 1;                    // OpenAI's n: generations of the one prompt, answered whole
   std::optional<int64_t> keep_alive_ms;  // Ollama's keep_alive ("5m", seconds, -1)
   std::optional<InfillInput> infill;  // llama-server's /infill: `prompt` is the middle's start
   bool native_probs = false;  // llama-server's completion_probabilities, not OpenAI's logprobs

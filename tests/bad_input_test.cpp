@@ -72,7 +72,7 @@ std::vector<Bad> corpus() {
   field(chat_path, good_chat(), "stop", {1, json::array({1}), json::array({"a", "b", "c", "d", "e"}), json::object()});
   field(chat_path, good_chat(), "stream", {"yes", 1});
   field(chat_path, good_chat(), "stream_options", {1, "x", json{{"include_usage", "yes"}}});
-  field(chat_path, good_chat(), "n", {2, "x", 0});
+  field(chat_path, good_chat(), "n", {9, "x", 0, -1});
   field(chat_path, good_chat(), "keep_alive", {"forever", "5x", "x5m", 1e300, "1e300h", json::array()});
   field(completion_path, good_completion(), "prompt",
         {1, json::object(), json::array(), json::array({json::array({1, 2})}), json::array({1.5}), json::array({true}),

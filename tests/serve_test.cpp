@@ -160,8 +160,8 @@ TEST(Serve, EveryErrorIsAnOpenAIErrorWithItsStatus) {
   bad["temperature"] = 5;
   expect_error(s.post("/v1/chat/completions", bad), 400, "'temperature'");
   bad = chat(8);
-  bad["n"] = 2;
-  expect_error(s.post("/v1/chat/completions", bad), 400, "'n' must be 1");
+  bad["n"] = 9;  // past the bound of choices
+  expect_error(s.post("/v1/chat/completions", bad), 400, "it must be 1 to 8");
   bad = chat(8);
   bad.erase("messages");
   expect_error(s.post("/v1/chat/completions", bad), 400, "'messages'");

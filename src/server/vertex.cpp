@@ -10,6 +10,7 @@
 
 #include <cctype>
 
+#include "server/connections.h"
 #include "server/http_errors.h"
 #include "server/openai.h"
 #include "server/server.h"
@@ -40,9 +41,8 @@ std::string camel_case_of(std::string_view path) {
   return out;
 }
 
-json instance_error(const std::string& message, const char* type = "invalid_request_error") {
-  return {{"error", {{"code", 400}, {"message", message}, {"type", type}}}};
-}
+// An instance's own mistake, in the shape every endpoint's errors have.
+json instance_error(const std::string& message) { return error_json({.message = message}); }
 
 }  // namespace
 
@@ -103,7 +103,12 @@ void Server::vertex_predict(const httplib::Request& req, httplib::Response& res)
                 std::to_string(kMaxInstances) + " are taken");
   }
   json predictions = json::array();
-  for (const json& instance : *instances) predictions.push_back(predict_one(req, instance));
+  for (const json& instance : *instances) {
+    // Each instance's run stops when the client leaves; the ones after it
+    // are not started.
+    if (Connections::client_gone()) return;
+    predictions.push_back(predict_one(req, instance));
+  }
   res.set_content(json{{"predictions", predictions}}.dump(), "application/json");
 }
 

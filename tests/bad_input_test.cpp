@@ -33,7 +33,7 @@ std::vector<Bad> corpus() {
     out.push_back({"body " + b.substr(0, 24), chat_path, b});
     out.push_back({"body " + b.substr(0, 24), "/v1/models/load", b});
     for (const char* path : {"/tokenize", "/detokenize", "/apply-template", "/v1/messages", "/v1/messages/count_tokens", "/v1/responses",
-                             "/completion", "/rerank"}) {
+                             "/completion", "/rerank", "/v1/chat/completions/input_tokens", "/v1/responses/input_tokens"}) {
       out.push_back({"body " + b.substr(0, 24), path, b});
     }
   }

@@ -299,3 +299,52 @@ TEST(ServeChat, AClientThatLeavesAConstrainedStreamLeavesNothing) {
   EXPECT_NE(m->body.find("reclaim_requests_total{outcome=\"client_gone\"} 1\n"), std::string::npos) << m->body;
   s.expect_clean();
 }
+
+// llama-server's post_sampling_probs: the probabilities the sampler chain
+// drew from, after top-k and the rest; never one of 0, at most top_k of
+// them, and certain where the chain leaves one candidate.
+TEST(ServeChat, PostSamplingProbabilitiesAreTheChainsOwn) {
+  Served s({"-m", spm() + ":only"}, false);
+  const json body = {{"prompt", "Once upon a time"}, {"n_predict", 6},   {"n_probs", 5},
+                     {"temperature", 1.0},          {"top_k", 3},        {"post_sampling_probs", true},
+                     {"seed", 7}};
+  const json r = s.post_json("/completion", body);
+  const json& probs = r["completion_probabilities"];
+  ASSERT_EQ(probs.size(), 6u) << r.dump();
+  for (const json& e : probs) {
+    ASSERT_TRUE(e.contains("prob") && !e.contains("logprob")) << e.dump();
+    EXPECT_GT(e["prob"].get<double>(), 0.0);
+    EXPECT_LE(e["prob"].get<double>(), 1.0);
+    const json& top = e["top_probs"];
+    ASSERT_GE(top.size(), 1u);
+    ASSERT_LE(top.size(), 3u) << e.dump();  // top_k's three, though five were asked for
+    double sum = 0;
+    bool drawn_among = false;
+    for (const json& t : top) {
+      EXPECT_GT(t["prob"].get<double>(), 0.0);
+      sum += t["prob"].get<double>();
+      drawn_among |= t["id"] == e["id"];
+    }
+    EXPECT_TRUE(drawn_among) << e.dump();
+    EXPECT_NEAR(sum, 1.0, 1e-4) << e.dump();  // the chain's candidates are all of its draw
+    for (size_t i = 1; i < top.size(); ++i) EXPECT_GE(top[i - 1]["prob"].get<double>(), top[i]["prob"].get<double>());
+  }
+  // One candidate (top_k 1), and greedy: each token certain.
+  for (const json& fields : {json{{"top_k", 1}}, json{{"temperature", 0}}}) {
+    json one = body;
+    one.merge_patch(fields);
+    for (const json& e : s.post_json("/completion", one)["completion_probabilities"]) {
+      EXPECT_DOUBLE_EQ(e["prob"].get<double>(), 1.0) << fields.dump();
+      ASSERT_EQ(e["top_probs"].size(), 1u) << fields.dump();
+      EXPECT_EQ(e["top_probs"][0]["id"], e["id"]);
+    }
+  }
+  // Without it, the model's own log-probabilities, as before.
+  json model_probs = body;
+  model_probs.erase("post_sampling_probs");
+  const json m = s.post_json("/completion", model_probs)["completion_probabilities"];
+  ASSERT_FALSE(m.empty());
+  EXPECT_TRUE(m[0].contains("logprob") && m[0]["top_logprobs"].size() == 5u) << m[0].dump();
+  s.post("/v1/models/unload", {{"model", "only"}});
+  s.expect_clean();
+}

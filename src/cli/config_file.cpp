@@ -15,7 +15,7 @@ namespace {
 using nlohmann::json;
 
 const char* const kKeys =
-    "path, aliases, ctx, parallel, threads, gpu_layers, chat_template, system, keep_alive, pin, preload, defaults";
+    "path, aliases, ctx, parallel, threads, gpu_layers, chat_template, jinja, system, keep_alive, pin, preload, defaults";
 
 class Reader {
  public:
@@ -112,6 +112,8 @@ class Reader {
         s.n_gpu_layers = integer(v, key, -1, 1 << 20);
       } else if (field == "chat_template") {
         s.chat_template = string(v, key);
+      } else if (field == "jinja") {
+        s.jinja = boolean(v, key);
       } else if (field == "system") {
         s.system = string(v, key);
       } else if (field == "keep_alive") {

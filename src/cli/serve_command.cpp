@@ -64,7 +64,7 @@ struct Args {
               grammar_token_time = "5s";
   int port = 8080, max_loaded = 0, ctx = 4096, threads = 0, gpu_layers = -1, parallel = 1, batch = 512, max_queue = 32;
   int max_connections = 512;
-  bool no_autoload = false, verbose = false, trust_models = false, allow_insecure_pull = false;
+  bool no_autoload = false, no_jinja = false, verbose = false, trust_models = false, allow_insecure_pull = false;
 };
 
 Millis duration(const std::string& text, const std::string& flag) {
@@ -320,6 +320,7 @@ server::ServerOptions server_options(const Args& a) {
   so.tls_cert_file = a.ssl_cert_file;
   so.tls_key_file = a.ssl_key_file;
   so.chat_template = a.chat_template;
+  so.jinja = !a.no_jinja;
   so.default_model = a.default_model;
   so.router = a.models.empty() && a.config.empty();
   so.unload_timeout = duration(a.unload_timeout, "unload-timeout");
@@ -446,6 +447,9 @@ Command add_serve(CLI::App& app) {
                   "'localhost' (any port of localhost, 127.0.0.1, [::1]; the default) or '*'; others are refused (403)")
       ->take_all();
   sub->add_option("--chat-template", a->chat_template, "chat template for every model (a built-in name or template text)");
+  sub->add_flag("--no-jinja", a->no_jinja,
+                "render each template with llama.cpp's built-in engine (the built-in template its text resembles; no tools), "
+                "as llama-server's --no-jinja; a model's `jinja` setting wins");
   sub->add_option("--default-model", a->default_model,
                   "the model an OpenAI request that names none gets (without it: the only model, where there is one)");
   sub->add_option("--ctx", a->ctx, "context size of each request")->capture_default_str()->check(CLI::Range(16, 1 << 24));

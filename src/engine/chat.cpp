@@ -355,11 +355,12 @@ struct ChatTemplate::Impl {
   common_chat_templates_ptr templates;
 };
 
-ChatTemplate::ChatTemplate(const Model& model, const std::string& override, const TemplateBounds& bounds)
+ChatTemplate::ChatTemplate(const Model& model, const std::string& override, const TemplateBounds& bounds, bool jinja)
     : impl_(std::make_unique<Impl>()), model_(model) {
   quiet_common_log();
-  builtin_ = !override.empty() && is_builtin_name(override);
-  if (!override.empty() && !builtin_ && !looks_like_jinja(override)) {
+  const bool named = !override.empty() && is_builtin_name(override);
+  builtin_ = named || !jinja;
+  if (!override.empty() && !named && !looks_like_jinja(override)) {
     throw ChatError("chat template '" + override.substr(0, 40) + "' is neither Jinja text nor one of llama.cpp's built-in ones (" +
                     builtin_chat_templates() + ")");
   }
@@ -380,6 +381,17 @@ ChatTemplate::ChatTemplate(const Model& model, const std::string& override, cons
     const std::string what = which + " does not parse: " + e.what();
     TemplateVerdicts::get().keep(text, what, false);
     throw ChatError(what);
+  }
+  if (builtin_ && !named) {
+    // The built-in engine picks its template by what the text contains; a
+    // text it does not recognise renders nothing.
+    const std::string source = common_chat_templates_source(impl_->templates.get());
+    const llama_chat_message probe{"user", "x"};
+    char out[8];
+    if (llama_chat_apply_template(source.c_str(), &probe, 1, true, out, sizeof out) < 0) {
+      throw ChatError(which + " is not like any of llama.cpp's built-in templates (" + builtin_chat_templates() +
+                      "), which are all it can be rendered with while Jinja is off (jinja = false, --no-jinja)");
+    }
   }
 }
 

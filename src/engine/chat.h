@@ -160,7 +160,10 @@ class ChatTemplate {
   // TemplateOverBound when reading it (llama.cpp renders it to learn what it
   // can do) goes over a bound. Both verdicts are kept for the template's
   // text: the next ChatTemplate of the same text throws at once.
-  ChatTemplate(const Model& model, const std::string& override, const TemplateBounds& bounds = {});
+  // `jinja` false: the template (the model's own, chatml, or `override`'s
+  // text) rendered by the built-in engine it resembles, as a built-in name
+  // is; a ChatError where it resembles none.
+  ChatTemplate(const Model& model, const std::string& override, const TemplateBounds& bounds = {}, bool jinja = true);
   ~ChatTemplate();
   ChatTemplate(const ChatTemplate&) = delete;
   ChatTemplate& operator=(const ChatTemplate&) = delete;

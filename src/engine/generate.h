@@ -37,6 +37,11 @@ struct GenerateRequest {
   // -1: none; 0..kMaxTopLogprobs: each generated token's log-probability,
   // and that many of the likeliest tokens beside it (OpenAI's logprobs).
   int32_t logprobs = -1;
+  // llama-server's post_sampling_probs: the probabilities are those the
+  // sampler chain drew from (after top-k, top-p, min-p and temperature),
+  // not the model's; the top tokens are the chain's candidates, none of
+  // probability 0.
+  bool post_sampling = false;
   // How long the grammar may take to weigh the vocabulary for one token
   // (GrammarTooCostly beyond); kGrammarTokenTime by default.
   std::chrono::milliseconds grammar_token_time{5000};
@@ -44,7 +49,8 @@ struct GenerateRequest {
 inline constexpr int32_t kMaxTopLogprobs = 20;
 
 // A generated token's log-probability under the model (the softmax of its
-// logits, before any sampler), with the likeliest tokens at that step.
+// logits, before any sampler; or the chain's, with post_sampling), with the
+// likeliest tokens at that step.
 struct TokenLogprob {
   llama_token token = -1;
   float logprob = 0;

@@ -38,6 +38,7 @@ Generation::Generation(Scope& scope, const llama_vocab* vocab, const GenerateReq
   std::sort(preserved_.begin(), preserved_.end());
   if (req.logprobs > kMaxTopLogprobs) throw Error("logprobs: at most " + std::to_string(kMaxTopLogprobs) + " top tokens");
   n_logprobs_ = req.logprobs;
+  post_sampling_ = req.post_sampling && n_logprobs_ >= 0;
 }
 
 // The chain goes when the generation ends, not with the scope: a session may
@@ -54,12 +55,55 @@ llama_token Generation::sample(llama_context* ctx, int32_t row) {
   if (grammar_) {
     t = sample_with_grammar(logits);
   } else if (sampler_) {
-    t = llama_sampler_sample(sampler_.get(), ctx, row);
+    t = post_sampling_ ? draw(logits) : llama_sampler_sample(sampler_.get(), ctx, row);
   } else {
     t = argmax(logits, n_vocab_);
+    if (post_sampling_) {  // greedy draws its one token for certain
+      sampled_ = TokenLogprob{t, 0.0f, {}};
+      if (n_logprobs_ > 0) sampled_.top.emplace_back(t, 0.0f);
+    }
   }
-  if (n_logprobs_ >= 0) note_logprob(logits, t);
+  if (n_logprobs_ >= 0 && !post_sampling_) note_logprob(logits, t);
   return t;
+}
+
+// What llama_sampler_sample does (the chain over the logits as an array,
+// then its accept), with the array kept for note_drawn.
+llama_token Generation::draw(const float* logits) {
+  candidates_.resize(static_cast<size_t>(n_vocab_));
+  for (int32_t i = 0; i < n_vocab_; ++i) candidates_[static_cast<size_t>(i)] = {i, logits[i], 0.0f};
+  llama_token_data_array arr{candidates_.data(), candidates_.size(), -1, false};
+  llama_sampler_apply(sampler_.get(), &arr);
+  if (arr.selected < 0 || static_cast<size_t>(arr.selected) >= arr.size) throw Error("the sampler chain picked no token");
+  const llama_token t = arr.data[arr.selected].id;
+  llama_sampler_accept(sampler_.get(), t);
+  note_drawn(arr, t);
+  return t;
+}
+
+// The chain's last sampler (dist) leaves each candidate's probability in p,
+// those it cut being gone from the array. A greedy chain (temperature 0)
+// leaves none: its pick is certain.
+void Generation::note_drawn(const llama_token_data_array& arr, llama_token t) {
+  order_.clear();
+  for (size_t i = 0; i < arr.size; ++i) {
+    if (arr.data[i].p > 0.0f) order_.push_back(static_cast<int32_t>(i));
+  }
+  if (order_.empty()) {
+    sampled_ = TokenLogprob{t, 0.0f, {}};
+    if (n_logprobs_ > 0) sampled_.top.emplace_back(t, 0.0f);
+    return;
+  }
+  sampled_ = TokenLogprob{t, -INFINITY, {}};
+  for (size_t i = 0; i < arr.size; ++i) {
+    if (arr.data[i].id == t) sampled_.logprob = std::log(arr.data[i].p);
+  }
+  if (n_logprobs_ == 0) return;
+  const auto n = std::min(order_.size(), static_cast<size_t>(n_logprobs_));
+  std::partial_sort(order_.begin(), order_.begin() + static_cast<std::ptrdiff_t>(n), order_.end(), [&](int32_t a, int32_t b) {
+    return arr.data[a].p > arr.data[b].p || (arr.data[a].p == arr.data[b].p && arr.data[a].id < arr.data[b].id);
+  });
+  for (size_t k = 0; k < n; ++k) sampled_.top.emplace_back(arr.data[order_[k]].id, std::log(arr.data[order_[k]].p));
 }
 
 void Generation::note_logprob(const float* logits, llama_token t) {
@@ -98,6 +142,7 @@ llama_token Generation::sample_with_grammar(const float* logits) {
   auto pick = [&](llama_token_data_array& arr) {
     llama_sampler_apply(sampler_.get(), &arr);
     if (arr.selected < 0 || static_cast<size_t>(arr.selected) >= arr.size) throw Error("the sampler chain picked no token");
+    if (post_sampling_) note_drawn(arr, arr.data[arr.selected].id);
     return arr.data[arr.selected].id;
   };
   try {

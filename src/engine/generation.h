@@ -75,11 +75,16 @@ class Generation {
   void mask_with_grammar(llama_token_data_array& arr);
   std::vector<llama_token> preserved_;        // sorted
   int32_t n_logprobs_ = -1;
+  bool post_sampling_ = false;
   TokenLogprob sampled_;          // the last sampled token's, until accepted
   int32_t samples_ = 0;           // tokens sampled, the end token included
   size_t logprobs_taken_ = 0;
   std::vector<int32_t> order_;    // scratch for the top tokens
   void note_logprob(const float* logits, llama_token t);
+  // post_sampling: the chain's candidates once it has drawn `t` from them.
+  void note_drawn(const llama_token_data_array& arr, llama_token t);
+  // The chain's draw from the logits, its candidates kept (post_sampling).
+  llama_token draw(const float* logits);
   TextStream stream_;
   Clock::time_point start_ = Clock::now(), prompt_done_ = start_;
 };

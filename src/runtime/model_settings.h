@@ -21,6 +21,9 @@ struct ModelSettings {
   std::optional<int32_t> n_gpu_layers;
   std::optional<std::chrono::milliseconds> keep_alive;
   std::optional<std::string> chat_template;  // a built-in name or template text
+  // false: the template rendered by llama.cpp's built-in engine, the one of
+  // its names that the template's text resembles (llama-server's --no-jinja).
+  std::optional<bool> jinja;
   // The system message a chat that has none gets (Ollama's SYSTEM).
   std::optional<std::string> system;
   bool preload = false;

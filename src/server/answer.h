@@ -57,6 +57,10 @@ struct NativeOptions {
   std::vector<std::string> response_fields;
 };
 std::unique_ptr<Answer> native_answer(const CompletionRequest& req, const NativeOptions& options);
+// The whole reply in llama-server's native shape: /completion's, and the
+// "__verbose" of another API's reply when the request asks for it.
+nlohmann::json native_json(const CompletionRequest& req, const GenerateResult& r, const nlohmann::json& logprobs,
+                           bool return_tokens);
 
 // One server-sent event of `j`, as OpenAI's and llama-server's streams send
 // them.

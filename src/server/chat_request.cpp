@@ -205,7 +205,11 @@ void parse_output_format(const json& j, CompletionRequest& r) {
     }
     const std::string type = rf["type"].get<std::string>();
     if (type == "json_object") {
-      r.json_schema = json{{"type", "object"}}.dump();
+      // llama-server's extension: a json_object may carry its own schema.
+      if (has_field(rf, "schema") && !rf["schema"].is_object()) {
+        bad_field("response_format.schema", "'response_format.schema' must be a JSON schema object");
+      }
+      r.json_schema = has_field(rf, "schema") ? rf["schema"].dump() : json{{"type", "object"}}.dump();
     } else if (type == "json_schema") {
       const json& js = rf.contains("json_schema") ? rf["json_schema"] : json();
       if (!js.is_object()) bad_field("response_format.json_schema", "'response_format.json_schema' must be an object");

@@ -55,6 +55,7 @@ struct Running {
   bool chat = false;
   std::optional<Millis> keep_alive;  // the request's own
   std::string chat_template;  // the model's own setting, else --chat-template, else the file's
+  bool jinja = true;          // the model's own setting, else --no-jinja's
   ChatReader reader;          // a chat's reply, read by its template's format
   std::unique_ptr<Answer> answer;  // the reply in its API's shapes
 };
@@ -87,7 +88,7 @@ void render_chat(Running& run, Model& model) {
   bounds.stop = [&request] { return request.cancel().cancelled() || request.client_gone(); };
   std::unique_ptr<ChatTemplate> tmpl;
   try {
-    tmpl = std::make_unique<ChatTemplate>(model, run.chat_template, bounds);
+    tmpl = std::make_unique<ChatTemplate>(model, run.chat_template, bounds, run.jinja);
   } catch (const ChatError& e) {
     template_failed(request, e, false);
   } catch (const TemplateOverBound& e) {
@@ -188,7 +189,7 @@ void prepare(Running& run) {
   }
   // The model's own context a sequence, as its batch was made.
   g.prompt_tokens = prompt_tokens(model.vocab(), g, model.batcher()->n_ctx_seq());
-  if (run.req.native_probs) {
+  if (run.req.native_probs || run.req.verbose) {
     for (llama_token t : g.prompt_tokens) run.req.prompt_shown += token_piece(model.vocab(), t, true);
   }
 }
@@ -210,7 +211,7 @@ bool stopped_by_unload(const std::exception& ex) {
 
 // The tokens' log-probabilities in the shape the request's API has.
 json logprobs_json(const Running& run, const llama_vocab* vocab, const std::vector<TokenLogprob>& entries, size_t offset) {
-  if (run.req.native_probs) return native_probs_json(vocab, entries);
+  if (run.req.native_probs) return native_probs_json(vocab, entries, run.req.generate.post_sampling);
   return run.chat ? chat_logprobs_json(vocab, entries) : completion_logprobs_json(vocab, entries, offset);
 }
 
@@ -419,6 +420,7 @@ void Server::complete(httplib::Response& res, const CompletionCall& call, std::s
   run->req = call.parse(settings.request_defaults);
   if (run->req.chat && settings.system) add_default_system(run->req.chat_input, *settings.system);
   run->chat_template = settings.chat_template.value_or(options_.chat_template);
+  run->jinja = settings.jinja.value_or(options_.jinja);
   run->chat = run->req.chat;
   run->req.generate.grammar_token_time = options_.grammar_token_time;
   run->keep_alive = requested_keep_alive(run->req.keep_alive_ms);
@@ -579,6 +581,7 @@ std::vector<llama_token> Server::render_only(std::shared_ptr<RequestRun> request
   const ModelSettings settings = settings_if_known(named_model(body));
   run.req = parse_completion_request(body, true, settings.request_defaults);
   run.chat_template = settings.chat_template.value_or(options_.chat_template);
+  run.jinja = settings.jinja.value_or(options_.jinja);
   run.chat = true;
   run.request->hold(run.req.model, std::nullopt);
   const llama_vocab* vocab = run.request->model().vocab();
@@ -589,18 +592,6 @@ std::vector<llama_token> Server::render_only(std::shared_ptr<RequestRun> request
   render_chat(run, run.request->model());
   prompt = run.req.generate.prompt;
   return tokenize(vocab, prompt, run.req.generate.add_special);
-}
-
-// llama-server's /apply-template: the prompt a chat request's messages make
-// with its model's template, rendered as a chat completion renders it (with
-// the same bounds), nothing decoded.
-void Server::apply_template(const httplib::Request& req, httplib::Response& res) {
-  in_run([&](std::shared_ptr<RequestRun> run) {
-    std::string prompt;
-    (void)render_only(run, openai_body(req), prompt);
-    run->succeed();
-    res.set_content(json{{"prompt", prompt}}.dump(), "application/json");
-  });
 }
 
 void Server::chat_completions(const httplib::Request& req, httplib::Response& res) {

@@ -1,5 +1,7 @@
 #include "server/logprobs.h"
 
+#include <cmath>
+
 #include "engine/text_stream.h"
 
 namespace reclaim::server {
@@ -31,18 +33,23 @@ json chat_logprobs_json(const llama_vocab* vocab, const std::vector<TokenLogprob
   return {{"content", content}, {"refusal", nullptr}};
 }
 
-json native_probs_json(const llama_vocab* vocab, const std::vector<TokenLogprob>& entries) {
+json native_probs_json(const llama_vocab* vocab, const std::vector<TokenLogprob>& entries, bool post_sampling) {
+  // llama-server names the chain's probabilities as such, not as logs.
+  auto one = [&](llama_token t, float lp) {
+    json j = token_json(vocab, t, lp);
+    if (post_sampling) {
+      j.erase("logprob");
+      j["prob"] = std::exp(lp);
+    }
+    j["id"] = t;
+    return j;
+  };
   json out = json::array();
   for (const TokenLogprob& e : entries) {
-    json item = token_json(vocab, e.token, e.logprob);
-    item["id"] = e.token;
+    json item = one(e.token, e.logprob);
     json top = json::array();
-    for (const auto& [t, lp] : e.top) {
-      json one = token_json(vocab, t, lp);
-      one["id"] = t;
-      top.push_back(std::move(one));
-    }
-    item["top_logprobs"] = top;
+    for (const auto& [t, lp] : e.top) top.push_back(one(t, lp));
+    item[post_sampling ? "top_probs" : "top_logprobs"] = top;
     out.push_back(std::move(item));
   }
   return out;

@@ -18,6 +18,8 @@ nlohmann::json completion_logprobs_json(const llama_vocab* vocab, const std::vec
                                         size_t offset = 0);
 // llama-server's completion_probabilities: [{id, token, bytes, logprob,
 // top_logprobs: [{id, token, bytes, logprob}]}].
-nlohmann::json native_probs_json(const llama_vocab* vocab, const std::vector<TokenLogprob>& entries);
+// post_sampling: "prob" and "top_probs", the chain's (llama-server's
+// post_sampling_probs).
+nlohmann::json native_probs_json(const llama_vocab* vocab, const std::vector<TokenLogprob>& entries, bool post_sampling);
 
 }  // namespace reclaim::server

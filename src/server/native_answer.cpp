@@ -27,6 +27,58 @@ const char* stop_type(FinishReason f) {
   return "none";
 }
 
+// What the generation ran with, in llama-server's names; a bias of -inf
+// (ignore_eos's) is null, as llama-server writes it.
+json settings(const CompletionRequest& req) {
+  const GenerateRequest& g = req.generate;
+  const SamplingParams& s = g.sampling;
+  json bias = json::array();
+  for (const llama_logit_bias& b : s.logit_bias) {
+    bias.push_back({{"token", b.token}, {"bias", std::isfinite(b.bias) ? json(b.bias) : json()}});
+  }
+  return {{"n_predict", g.max_tokens},
+          {"seed", s.seed},
+          {"temperature", s.temperature},
+          {"top_k", s.top_k},
+          {"top_p", s.top_p},
+          {"min_p", s.min_p},
+          {"repeat_last_n", s.repeat_last_n},
+          {"repeat_penalty", s.repeat_penalty},
+          {"presence_penalty", s.presence_penalty},
+          {"frequency_penalty", s.frequency_penalty},
+          {"stop", g.stop},
+          {"ignore_eos", req.ignore_eos},
+          {"logit_bias", bias},
+          {"n_probs", std::max(0, g.logprobs)},
+          {"stream", req.stream},
+          {"cache_prompt", g.cache_prompt}};
+}
+
+}  // namespace
+
+json native_json(const CompletionRequest& req, const GenerateResult& r, const json& logprobs, bool return_tokens) {
+  json j = {{"index", 0},
+            {"content", r.text},
+            {"tokens", return_tokens ? json(r.tokens) : json::array()},
+            {"id_slot", -1},
+            {"stop", true},
+            {"model", req.model},
+            {"tokens_predicted", r.timings.generated_tokens},
+            {"tokens_evaluated", r.timings.prompt_tokens},
+            {"tokens_cached", r.timings.cached_tokens},
+            {"has_new_line", r.text.find('\n') != std::string::npos},
+            {"truncated", false},
+            {"stop_type", stop_type(r.finish)},
+            {"stopping_word", r.stop},
+            {"timings", timings_json(r)},
+            {"prompt", req.prompt_shown},
+            {"generation_settings", settings(req)}};
+  if (!logprobs.is_null() && !logprobs.empty()) j["completion_probabilities"] = logprobs;
+  return j;
+}
+
+namespace {
+
 class NativeAnswer : public Answer {
  public:
   NativeAnswer(const CompletionRequest& req, NativeOptions options) : req_(req), options_(std::move(options)) {}
@@ -34,7 +86,7 @@ class NativeAnswer : public Answer {
   void send_error(httplib::Response& res, const ApiError& e) const override { server::send_error(res, e); }
 
   std::string whole(const GenerateResult& r, const ChatReply*, const json& logprobs) override {
-    json j = last(r, logprobs);
+    json j = native_json(req_, r, logprobs, options_.return_tokens);
     if (options_.response_fields.empty()) return j.dump();
     // As llama-server cuts it: each path's value under the path's name; a
     // path that leads nowhere is left out.
@@ -64,7 +116,7 @@ class NativeAnswer : public Answer {
   std::string delta(const ChatDelta& d, const json& logprobs) override { return text(d.content, logprobs); }
 
   std::string end(const GenerateResult& r, const ChatReply*, const json& logprobs) override {
-    json j = last(r, logprobs);
+    json j = native_json(req_, r, logprobs, options_.return_tokens);
     j["content"] = "";  // the text came in the chunks before
     return sse(j);
   }
@@ -72,54 +124,6 @@ class NativeAnswer : public Answer {
   std::string stream_error(const ApiError& e) override { return sse(error_json(e)); }
 
  private:
-  json last(const GenerateResult& r, const json& logprobs) const {
-    json j = {{"index", 0},
-              {"content", r.text},
-              {"tokens", options_.return_tokens ? json(r.tokens) : json::array()},
-              {"id_slot", -1},
-              {"stop", true},
-              {"model", req_.model},
-              {"tokens_predicted", r.timings.generated_tokens},
-              {"tokens_evaluated", r.timings.prompt_tokens},
-              {"tokens_cached", r.timings.cached_tokens},
-              {"has_new_line", r.text.find('\n') != std::string::npos},
-              {"truncated", false},
-              {"stop_type", stop_type(r.finish)},
-              {"stopping_word", r.stop},
-              {"timings", timings_json(r)},
-              {"prompt", req_.prompt_shown},
-              {"generation_settings", settings()}};
-    if (!logprobs.is_null() && !logprobs.empty()) j["completion_probabilities"] = logprobs;
-    return j;
-  }
-
-  // What the generation ran with, in llama-server's names; a bias of -inf
-  // (ignore_eos's) is null, as llama-server writes it.
-  json settings() const {
-    const GenerateRequest& g = req_.generate;
-    const SamplingParams& s = g.sampling;
-    json bias = json::array();
-    for (const llama_logit_bias& b : s.logit_bias) {
-      bias.push_back({{"token", b.token}, {"bias", std::isfinite(b.bias) ? json(b.bias) : json()}});
-    }
-    return {{"n_predict", g.max_tokens},
-            {"seed", s.seed},
-            {"temperature", s.temperature},
-            {"top_k", s.top_k},
-            {"top_p", s.top_p},
-            {"min_p", s.min_p},
-            {"repeat_last_n", s.repeat_last_n},
-            {"repeat_penalty", s.repeat_penalty},
-            {"presence_penalty", s.presence_penalty},
-            {"frequency_penalty", s.frequency_penalty},
-            {"stop", g.stop},
-            {"ignore_eos", req_.ignore_eos},
-            {"logit_bias", bias},
-            {"n_probs", std::max(0, g.logprobs)},
-            {"stream", req_.stream},
-            {"cache_prompt", g.cache_prompt}};
-  }
-
   const CompletionRequest& req_;
   const NativeOptions options_;
 };

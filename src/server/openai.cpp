@@ -285,6 +285,24 @@ json parse_object(const std::string& body) {
   return j;
 }
 
+namespace {
+
+// llama-server's prompt as an object: {"prompt_string", "multimodal_data"},
+// its media in base64 for the markers in the text. No model here has a
+// projector to read media with, so media are refused by name.
+std::string object_prompt(const json& p) {
+  if (!p.contains("prompt_string") || !p["prompt_string"].is_string()) {
+    bad_field("prompt.prompt_string", "a prompt given as an object must have 'prompt_string', a string", "invalid_prompt");
+  }
+  if (has_field(p, "multimodal_data") && !(p["multimodal_data"].is_array() && p["multimodal_data"].empty())) {
+    bad_field("prompt.multimodal_data", "'prompt.multimodal_data' holds media, and this model has no projector to read them with",
+              "invalid_prompt");
+  }
+  return p["prompt_string"].get<std::string>();
+}
+
+}  // namespace
+
 CompletionRequest parse_completion_request(const std::string& body, bool chat, const json& defaults) {
   return parse_completion_request(parse_object(body), chat, defaults);
 }
@@ -304,6 +322,8 @@ CompletionRequest parse_completion_request(json j, bool chat, const json& defaul
     const json& p = j["prompt"];
     if (p.is_string()) {
       r.prompt = p.get<std::string>();
+    } else if (p.is_object() || (p.is_array() && p.size() == 1 && p[0].is_object())) {
+      r.prompt = object_prompt(p.is_object() ? p : p[0]);
     } else if (p.is_array() && p.size() == 1 && p[0].is_string()) {
       r.prompt = p[0].get<std::string>();
     } else if (p.is_array() && !p.empty() &&
@@ -349,6 +369,10 @@ CompletionRequest parse_completion_request(json j, bool chat, const json& defaul
   }
   if (j.contains("keep_alive") && !j["keep_alive"].is_null()) r.keep_alive_ms = parse_duration_ms(j["keep_alive"], "keep_alive");
   if (has_field(j, "ignore_eos")) r.ignore_eos = get_field<bool>(j, "ignore_eos", "true or false");
+  if (has_field(j, "post_sampling_probs")) {
+    r.generate.post_sampling = get_field<bool>(j, "post_sampling_probs", "true or false");
+  }
+  if (has_field(j, "verbose")) r.verbose = get_field<bool>(j, "verbose", "true or false");
   return r;
 }
 

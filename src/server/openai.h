@@ -68,6 +68,10 @@ struct CompletionRequest {
   // llama-server's ignore_eos: every end-of-generation token banned (a bias
   // of -inf, added once the model's vocabulary is known).
   bool ignore_eos = false;
+  // llama-server's "verbose": the reply carries "__verbose", the request as
+  // its native /completion would have answered it (the prompt as the model
+  // read it, the settings it ran with), for a client that debugs a template.
+  bool verbose = false;
   // llama-server's "prompt" of a /completion reply: the prompt's tokens as
   // text, special ones included (set once the prompt is tokenized).
   std::string prompt_shown;

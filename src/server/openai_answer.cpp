@@ -42,7 +42,9 @@ class OpenAiAnswer : public Answer {
       message = chat_message_json(*reply);
       finish = chat_finish_reason(r.finish, *reply);
     }
-    return completion_json(req_, r, message, finish, id_, created_, logprobs).dump();
+    json j = completion_json(req_, r, message, finish, id_, created_, logprobs);
+    if (req_.verbose) j["__verbose"] = native_json(req_, r, logprobs, false);
+    return j.dump();
   }
 
   const char* stream_type() const override { return "text/event-stream"; }
@@ -62,6 +64,9 @@ class OpenAiAnswer : public Answer {
                       : chunk_json(req_, json(""), openai_finish_reason(r.finish), id_, created_, logprobs);
     // As llama-server's last chunks: clients that show speeds read it there.
     last["timings"] = timings_json(r);
+    // As llama-server's: on the finishing chunk, the text that came before it
+    // in the chunks' deltas.
+    if (req_.verbose) last["__verbose"] = native_json(req_, r, nullptr, false);
     out += sse(last);
     if (req_.include_usage) {
       json u = chunk_json(req_, req_.chat ? json::object() : json(""), nullptr, id_, created_);

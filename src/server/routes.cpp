@@ -68,6 +68,11 @@ const std::vector<Server::Route>& Server::route_table() {
       {"POST", "/chat/completions", send_error, &Server::chat_completions},
       {"POST", "/embeddings", send_error, &Server::embeddings},
       {"POST", "/responses", send_error, &Server::responses},
+      // How many tokens a request's prompt would be (server/prompt_routes.cpp).
+      {"POST", "/v1/chat/completions/input_tokens", send_error, &Server::chat_input_tokens},
+      {"POST", "/chat/completions/input_tokens", send_error, &Server::chat_input_tokens},
+      {"POST", "/v1/responses/input_tokens", send_error, &Server::responses_input_tokens},
+      {"POST", "/responses/input_tokens", send_error, &Server::responses_input_tokens},
       // Anthropic's (server/anthropic_routes.cpp), with its error shape.
       {"POST", "/v1/messages", send_anthropic_error, &Server::anthropic_messages},
       {"POST", "/v1/messages/count_tokens", send_anthropic_error, &Server::anthropic_count_tokens},

@@ -52,6 +52,7 @@ struct ServerOptions {
   std::vector<std::string> cors_origins = {"localhost"};  // server/cors.h
   size_t max_body = 8u << 20;          // bytes; larger bodies get 413
   std::string chat_template;           // overrides the models' own
+  bool jinja = true;                   // a model's `jinja` setting where it has none
   // The model an OpenAI request that names none gets (empty: the server's
   // only model, where it has one; with several, the request must name it).
   std::string default_model;
@@ -147,7 +148,10 @@ class Server {
   void infill(const httplib::Request& req, httplib::Response& res);
   void chat_completions(const httplib::Request& req, httplib::Response& res);
   void embeddings(const httplib::Request& req, httplib::Response& res);
+  // A chat rendered, nothing decoded (server/prompt_routes.cpp).
   void apply_template(const httplib::Request& req, httplib::Response& res);
+  void chat_input_tokens(const httplib::Request& req, httplib::Response& res);
+  void responses_input_tokens(const httplib::Request& req, httplib::Response& res);
   // OpenAI's Responses API (server/responses_routes.cpp).
   void responses(const httplib::Request& req, httplib::Response& res);
   // Anthropic's Messages API (server/anthropic_routes.cpp).

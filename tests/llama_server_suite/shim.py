@@ -91,6 +91,8 @@ def reclaim_config(opts, model):
     alias = names[0] if names else os.path.basename(model).removesuffix(".gguf")
     parallel = int(last(opts, "--parallel", "1") or 1)
     lines = [f"[models.{toml_str(alias)}]", f"path = {toml_str(model)}", f"parallel = {parallel}"]
+    if "--no-jinja" in opts and "--jinja" not in opts:
+        lines.append("jinja = false")
     if len(names) > 1:
         lines.append("aliases = [" + ", ".join(toml_str(a) for a in names[1:]) + "]")
     if "--ctx-size" in opts:
@@ -104,6 +106,8 @@ def reclaim_config(opts, model):
     reasoning = last(opts, "--reasoning", "auto")
     if reasoning != "auto":  # llama-server's default for every request's enable_thinking
         lines.append(f"chat_template_kwargs = {{ enable_thinking = {'true' if reasoning == 'on' else 'false'} }}")
+    if "--verbose" in opts:  # llama-server's verbosity answers every request with __verbose
+        lines.append("verbose = true")
     if int(last(opts, "--n-predict", "-1")) >= 0:  # -1: unbounded, reclaim's default too
         lines.append(f"max_tokens = {int(last(opts, '--n-predict'))}")
     fd, path = tempfile.mkstemp(prefix="reclaim-", suffix=".toml", dir=os.environ.get("SUITE_WORK"))

@@ -148,3 +148,69 @@ TEST(ServePrompt, APromptObjectIsItsTextAndItsMediaAreRefused) {
   s.post("/v1/models/unload", {{"model", "only"}});
   s.expect_clean();
 }
+
+// llama-server's return_progress: a stream reports its prompt's decode, once
+// as it gets its sequence (what the cache gave) and after each batch;
+// timings_per_token: each chunk carries the timings so far.
+TEST(ServePrompt, AStreamReportsItsPromptBatchByBatch) {
+  Served s({"-m", spm() + ":only", "--batch", "16"}, false);
+  std::string words;
+  for (int i = 0; i < 12; ++i) words += "the quick brown fox ";
+  const json body = {{"prompt", words},          {"n_predict", 3},           {"stream", true},
+                     {"return_progress", true}, {"timings_per_token", true}, {"temperature", 0}};
+  auto progress_of = [&](const json& b) {
+    auto r = s.post("/completion", b);
+    EXPECT_TRUE(r && r->status == 200);
+    std::vector<json> reports, texts;
+    for (const json& e : events(r ? r->body : "")) {
+      if (e.contains("prompt_progress")) {
+        reports.push_back(e);
+      } else if (!e["content"].get<std::string>().empty()) {
+        texts.push_back(e);
+      }
+    }
+    return std::make_pair(reports, texts);
+  };
+  const auto [reports, texts] = progress_of(body);
+  ASSERT_GE(reports.size(), 2u);
+  const json& first = reports.front()["prompt_progress"];
+  const int total = first["total"];
+  EXPECT_EQ(first["cache"], 0);
+  EXPECT_EQ(first["processed"], 0);
+  EXPECT_EQ(reports.front()["timings"]["prompt_n"], 0);
+  EXPECT_EQ(reports.front()["timings"]["prompt_ms"], 0.0);
+  // One report a batch of at most 16, the last with the whole prompt.
+  EXPECT_EQ(reports.size(), 1u + static_cast<size_t>((total + 15) / 16)) << total;
+  for (size_t i = 1; i < reports.size(); ++i) {
+    const json& p = reports[i]["prompt_progress"];
+    const json& before = reports[i - 1]["prompt_progress"];
+    EXPECT_EQ(p["total"], total);
+    EXPECT_GT(p["processed"].get<int>(), before["processed"].get<int>());
+    EXPECT_LE(p["processed"].get<int>() - before["processed"].get<int>(), 16);
+    EXPECT_GE(reports[i]["timings"]["prompt_ms"].get<double>(), reports[i - 1]["timings"]["prompt_ms"].get<double>());
+  }
+  EXPECT_EQ(reports.back()["prompt_progress"]["processed"], total);
+  ASSERT_FALSE(texts.empty());
+  for (const json& t : texts) EXPECT_TRUE(t.contains("timings")) << t.dump();
+  // Again: the cache gives all but the last token, and one batch is left.
+  const auto [again, unused] = progress_of(body);
+  ASSERT_EQ(again.size(), 2u);
+  EXPECT_EQ(again.front()["prompt_progress"]["cache"], total - 1);
+  EXPECT_EQ(again.front()["prompt_progress"]["processed"], total - 1);
+  // Without them, neither.
+  json plain = body;
+  plain.erase("return_progress");
+  plain.erase("timings_per_token");
+  const auto [none, bare] = progress_of(plain);
+  EXPECT_TRUE(none.empty());
+  for (const json& t : bare) EXPECT_FALSE(t.contains("timings"));
+  // A chat's report is a chunk of the role, with the report beside it.
+  auto chat = s.post("/v1/chat/completions", {{"messages", {kUser}}, {"max_tokens", 2}, {"stream", true}, {"return_progress", true}});
+  ASSERT_TRUE(chat && chat->status == 200);
+  const std::vector<json> chunks = events(chat->body);
+  ASSERT_FALSE(chunks.empty());
+  ASSERT_TRUE(chunks.front().contains("prompt_progress")) << chat->body;
+  EXPECT_EQ(chunks.front()["choices"][0]["delta"]["role"], "assistant");
+  s.post("/v1/models/unload", {{"model", "only"}});
+  s.expect_clean();
+}

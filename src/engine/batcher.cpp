@@ -43,12 +43,17 @@ struct Batcher::Job {
   int32_t n_in_step = 0; // tokens of this job in the current batch
   int32_t row = -1;      // its logits row in the current batch, or -1
   llama_token next = -1; // sampled, to be decoded next step
+  int32_t cached = 0;    // prompt tokens the cache gave
+  std::chrono::steady_clock::time_point began;  // when it got its sequence
+  bool wants_progress = false, wants_timings = false;  // the caller's hooks
 
   // Under Batcher::mu_.
   std::condition_variable cv;
   std::string out;       // text not yet taken by the caller
   std::vector<TokenLogprob> out_logprobs;  // and the logprobs of its tokens
   int32_t generated = 0; // tokens so far
+  std::vector<PromptProgress> progress;  // reports not yet taken, when wanted
+  Timings live;          // the timings as of the text in `out`, when wanted
   bool done = false;
   std::exception_ptr error;
 
@@ -142,6 +147,8 @@ GenerateResult Batcher::generate(const GenerateRequest& req, const GenerateHooks
   job.result = &r;
   job.cancel = cancel;
   job.cache_prompt = req.cache_prompt;
+  job.wants_progress = static_cast<bool>(hooks.on_prompt_progress);
+  job.wants_timings = static_cast<bool>(hooks.on_timings);
   // After the sampler, so it runs before the chain is freed.
   Scope::Slot seq = request.reserve(Kind::context, "sequence");
   {
@@ -159,6 +166,8 @@ GenerateResult Batcher::generate(const GenerateRequest& req, const GenerateHooks
 
   std::string text;
   std::vector<TokenLogprob> logprobs;
+  std::vector<PromptProgress> progress;
+  Timings live;
   int32_t seen = 0;  // tokens the hooks were told of
   for (;;) {
     bool done;
@@ -166,7 +175,8 @@ GenerateResult Batcher::generate(const GenerateRequest& req, const GenerateHooks
     {
       std::unique_lock lock(mu_);
       auto ready = [&] {
-        return job.done || !job.out.empty() || !job.out_logprobs.empty() || (hooks.on_tokens && job.generated != seen);
+        return job.done || !job.out.empty() || !job.out_logprobs.empty() || !job.progress.empty() ||
+               (hooks.on_tokens && job.generated != seen);
       };
       if (hooks.tick) {
         job.cv.wait_for(lock, kTickInterval, ready);
@@ -175,14 +185,19 @@ GenerateResult Batcher::generate(const GenerateRequest& req, const GenerateHooks
       }
       text.swap(job.out);
       logprobs.swap(job.out_logprobs);
+      progress.swap(job.progress);
+      live = job.live;
       done = job.done;
       generated = job.generated;
     }
+    for (const PromptProgress& p : progress) hooks.on_prompt_progress(p);
+    progress.clear();
     if (!logprobs.empty()) {
       if (hooks.on_logprobs) hooks.on_logprobs(std::move(logprobs));
       logprobs.clear();
     }
     if (!text.empty()) {
+      if (hooks.on_timings) hooks.on_timings(live);
       if (hooks.on_text) hooks.on_text(text);
       r.text += text;
       text.clear();
@@ -237,7 +252,10 @@ void Batcher::admit() {
     try {
       const int32_t kept = cache_->take(ctx_.get(), p, j->prompt, j->cache_prompt, n_swa_);
       j->n_past = j->n_fed = kept;
+      j->cached = kept;
       j->result->timings.cached_tokens = kept;
+      j->began = std::chrono::steady_clock::now();
+      report_progress(*j, true);
     } catch (...) {
       j->error = std::current_exception();
       retire(*j, false);
@@ -435,6 +453,7 @@ void Batcher::advance(Job& j) {
   if (was_prompt) {
     j.n_fed += j.n_in_step;
     if (j.generating()) j.gen->prompt_done();
+    report_progress(j, false);
   }
   if (j.row < 0) return;
   try {
@@ -446,6 +465,7 @@ void Batcher::advance(Job& j) {
       std::lock_guard lock(mu_);
       j.out += text;
       for (TokenLogprob& lp : logprobs) j.out_logprobs.push_back(std::move(lp));
+      if (j.wants_timings) j.live = j.gen->timings_now();
       j.generated = static_cast<int32_t>(j.result->tokens.size());
       j.cv.notify_one();
     }
@@ -460,6 +480,16 @@ void Batcher::advance(Job& j) {
     j.error = std::current_exception();
     retire(j, false);
   }
+}
+
+void Batcher::report_progress(Job& j, bool first) {
+  if (!j.wants_progress) return;
+  const auto now = std::chrono::steady_clock::now();
+  const PromptProgress p{static_cast<int32_t>(j.prompt.size()), j.cached, j.n_fed,
+                         first ? 0.0 : std::chrono::duration<double, std::milli>(now - j.began).count()};
+  std::lock_guard lock(mu_);
+  j.progress.push_back(p);
+  j.cv.notify_one();
 }
 
 }  // namespace reclaim

@@ -106,6 +106,8 @@ class Batcher {
   // After a decode: each job of the step moves on, and those with an output
   // row sample their next token.
   void advance(Job& j);
+  // A prompt progress report for the job's caller, if it wants them.
+  void report_progress(Job& j, bool first);
   void admit();
   void retire(Job& job, bool cancelled) noexcept;
   void retire_and_wait(Job& job) noexcept;

@@ -98,6 +98,15 @@ struct GenerateResult {
   std::vector<TokenLogprob> logprobs;  // one a token of `tokens`, when asked for
 };
 
+// How far a prompt's decode has come, as llama-server's prompt_progress
+// tells it: its tokens, those the prompt cache gave, those in the context so
+// far (the cached ones first), and the milliseconds since its sequence
+// began (0 at the first report, before any batch).
+struct PromptProgress {
+  int32_t total = 0, cached = 0, processed = 0;
+  double ms = 0;
+};
+
 struct GenerateHooks {
   std::function<void(std::string_view)> on_text;  // each piece of text as it becomes safe to emit
   // Called on the request's own thread once new tokens were generated, with
@@ -107,6 +116,12 @@ struct GenerateHooks {
   // The logprobs of the tokens generated since the last call, before the
   // text they made (when the request asked for them).
   std::function<void(std::vector<TokenLogprob>)> on_logprobs;
+  // Once the request has its sequence (processed == cached), then after
+  // each batch of its prompt, on the request's own thread, every report.
+  std::function<void(const PromptProgress&)> on_prompt_progress;
+  // Before on_text, the request's timings so far (llama-server's
+  // timings_per_token).
+  std::function<void(const Timings&)> on_timings;
   // Called before each llama_decode: `step` counts decodes from 0; `prompt`
   // is true while the prompt is being decoded. For tests and the audit.
   std::function<void(int step, bool prompt)> before_decode;

@@ -222,6 +222,20 @@ bool Generation::accept(llama_token t, int32_t pos, int32_t n_ctx, std::string& 
   return false;
 }
 
+Timings Generation::timings_now() const {
+  const Clock::time_point now = Clock::now();
+  Timings t = result_.timings;
+  t.generated_tokens = static_cast<int32_t>(result_.tokens.size());
+  t.generate_decodes = samples_ > 0 ? samples_ - 1 : 0;
+  if (prompt_done_ == start_) {
+    t.prompt_ms = ms(start_, now);
+  } else {
+    t.generate_ms = ms(prompt_done_, now);
+  }
+  t.total_ms = ms(start_, now);
+  return t;
+}
+
 std::string Generation::finish() {
   const Clock::time_point now = Clock::now();
   result_.timings.generated_tokens = static_cast<int32_t>(result_.tokens.size());

@@ -56,6 +56,8 @@ class Generation {
   // The logprobs accepted since the last call (empty unless asked for).
   std::vector<TokenLogprob> take_logprobs();
 
+  // The timings so far, as finish() will have them at this point.
+  Timings timings_now() const;
   void prompt_done() { prompt_done_ = Clock::now(); result_.timings.prompt_ms = ms(start_, prompt_done_); }
   Clock::time_point start() const { return start_; }
   static double ms(Clock::time_point a, Clock::time_point b) {

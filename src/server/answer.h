@@ -44,6 +44,14 @@ class Answer {
   virtual std::string end(const GenerateResult& r, const ChatReply* reply, const nlohmann::json& logprobs) = 0;
   // A failure after the stream began, and its end.
   virtual std::string stream_error(const ApiError& e) = 0;
+  // A report of the prompt's decode (return_progress), as the stream's
+  // chunk; empty where the API has none.
+  virtual std::string progress(const PromptProgress&) { return ""; }
+  // The timings so far, which the chunks after it carry (timings_per_token).
+  void live_timings(nlohmann::json t) { live_ = std::move(t); }
+
+ protected:
+  nlohmann::json live_;  // null: chunks carry no timings
 };
 
 // OpenAI's (server/openai_answer.cpp).

@@ -354,6 +354,8 @@ class Stream {
 
   GenerateHooks hooks() {
     GenerateHooks h;
+    if (run_.req.return_progress) h.on_prompt_progress = [this](const PromptProgress& p) { write(answer_.progress(p)); };
+    if (run_.req.timings_per_token) h.on_timings = [this](const Timings& t) { answer_.live_timings(timings_json(t)); };
     h.on_logprobs = [this](std::vector<TokenLogprob> entries) {
       for (TokenLogprob& e : entries) pending_.push_back(std::move(e));
     };

@@ -110,6 +110,14 @@ class NativeAnswer : public Answer {
   std::string text(std::string_view text, const json& logprobs) override {
     json chunk = {{"index", 0}, {"content", std::string(text)}, {"stop", false}, {"id_slot", -1}};
     if (!logprobs.is_null() && !logprobs.empty()) chunk["completion_probabilities"] = logprobs;
+    if (!live_.is_null()) chunk["timings"] = live_;
+    return sse(chunk);
+  }
+
+  std::string progress(const PromptProgress& p) override {
+    json chunk = {{"index", 0},           {"content", ""},           {"stop", false}, {"id_slot", -1},
+                  {"tokens_predicted", 0}, {"tokens_evaluated", p.total}, {"prompt_progress", progress_json(p)}};
+    if (req_.timings_per_token) chunk["timings"] = timings_json(p);
     return sse(chunk);
   }
 

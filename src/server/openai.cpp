@@ -372,6 +372,8 @@ CompletionRequest parse_completion_request(json j, bool chat, const json& defaul
   if (has_field(j, "post_sampling_probs")) {
     r.generate.post_sampling = get_field<bool>(j, "post_sampling_probs", "true or false");
   }
+  if (has_field(j, "return_progress")) r.return_progress = get_field<bool>(j, "return_progress", "true or false");
+  if (has_field(j, "timings_per_token")) r.timings_per_token = get_field<bool>(j, "timings_per_token", "true or false");
   if (has_field(j, "verbose")) r.verbose = get_field<bool>(j, "verbose", "true or false");
   return r;
 }
@@ -425,19 +427,33 @@ json completion_json(const CompletionRequest& req, const GenerateResult& r, cons
           {"timings", timings_json(r)}};
 }
 
-json timings_json(const GenerateResult& r) {
+json timings_json(const GenerateResult& r) { return timings_json(r.timings); }
+
+json timings_json(const PromptProgress& p) {
+  Timings t;
+  t.prompt_tokens = p.processed;
+  t.cached_tokens = p.cached;
+  t.prompt_ms = p.ms;
+  return timings_json(t);
+}
+
+json progress_json(const PromptProgress& p) {
+  return {{"total", p.total}, {"cache", p.cached}, {"processed", p.processed}, {"time_ms", static_cast<int64_t>(p.ms)}};
+}
+
+json timings_json(const Timings& t) {
   const auto per_token = [](double ms, int64_t n) { return n > 0 ? ms / static_cast<double>(n) : 0.0; };
-  const int64_t decoded = r.timings.prompt_tokens - r.timings.cached_tokens;
-  return {{"cache_n", r.timings.cached_tokens},
+  const int64_t decoded = t.prompt_tokens - t.cached_tokens;
+  return {{"cache_n", t.cached_tokens},
           {"prompt_n", decoded},
-          {"prompt_ms", r.timings.prompt_ms},
-          {"prompt_per_token_ms", per_token(r.timings.prompt_ms, decoded)},
-          {"prompt_per_second", r.timings.prompt_per_second()},
-          {"predicted_n", r.timings.generated_tokens},
-          {"predicted_ms", r.timings.generate_ms},
-          {"predicted_per_token_ms", per_token(r.timings.generate_ms, r.timings.generate_decodes)},
-          {"predicted_per_second", r.timings.generate_per_second()},
-          {"first_token_ms", r.timings.first_token_ms}};
+          {"prompt_ms", t.prompt_ms},
+          {"prompt_per_token_ms", per_token(t.prompt_ms, decoded)},
+          {"prompt_per_second", t.prompt_per_second()},
+          {"predicted_n", t.generated_tokens},
+          {"predicted_ms", t.generate_ms},
+          {"predicted_per_token_ms", per_token(t.generate_ms, t.generate_decodes)},
+          {"predicted_per_second", t.generate_per_second()},
+          {"first_token_ms", t.first_token_ms}};
 }
 
 json chunk_json(const CompletionRequest& req, const json& delta_or_text, const char* finish, const std::string& id,

@@ -72,6 +72,10 @@ struct CompletionRequest {
   // its native /completion would have answered it (the prompt as the model
   // read it, the settings it ran with), for a client that debugs a template.
   bool verbose = false;
+  // llama-server's return_progress: a stream reports its prompt's decode, a
+  // chunk a batch; timings_per_token: each chunk carries the timings so far.
+  bool return_progress = false;
+  bool timings_per_token = false;
   // llama-server's "prompt" of a /completion reply: the prompt's tokens as
   // text, special ones included (set once the prompt is tokenized).
   std::string prompt_shown;
@@ -111,6 +115,11 @@ nlohmann::json usage_json(const GenerateResult& r);
 // llama-server's "timings" object (its names, which its clients read): on a
 // whole reply and on a stream's finishing chunk.
 nlohmann::json timings_json(const GenerateResult& r);
+nlohmann::json timings_json(const Timings& t);
+// The timings of a prompt half decoded: its tokens so far, nothing generated.
+nlohmann::json timings_json(const PromptProgress& p);
+// llama-server's prompt_progress object.
+nlohmann::json progress_json(const PromptProgress& p);
 const char* openai_finish_reason(FinishReason f);
 
 }  // namespace reclaim::server

@@ -51,11 +51,21 @@ class OpenAiAnswer : public Answer {
   std::string waiting() const override { return ": waiting for model '" + req_.model + "'\n\n"; }
 
   std::string text(std::string_view text, const json& logprobs) override {
-    return sse(chunk_json(req_, json(std::string(text)), nullptr, id_, created_, logprobs));
+    return sse(timed(chunk_json(req_, json(std::string(text)), nullptr, id_, created_, logprobs)));
   }
 
   std::string delta(const ChatDelta& d, const json& logprobs) override {
-    return role() + sse(chunk_json(req_, delta_json(d), nullptr, id_, created_, logprobs));
+    return role() + sse(timed(chunk_json(req_, delta_json(d), nullptr, id_, created_, logprobs)));
+  }
+
+  // As llama-server's: a chunk with no text (a chat's carries the role, so
+  // it counts as the stream's first), the report and the timings beside it.
+  std::string progress(const PromptProgress& p) override {
+    json c = chunk_json(req_, req_.chat ? role_delta_json() : json(""), nullptr, id_, created_);
+    first_ = false;
+    c["prompt_progress"] = progress_json(p);
+    if (req_.timings_per_token) c["timings"] = timings_json(p);
+    return sse(c);
   }
 
   std::string end(const GenerateResult& r, const ChatReply* reply, const json& logprobs) override {
@@ -81,6 +91,11 @@ class OpenAiAnswer : public Answer {
   std::string stream_error(const ApiError& e) override { return sse(error_json(e)) + "data: [DONE]\n\n"; }
 
  private:
+  json timed(json chunk) const {
+    if (!live_.is_null()) chunk["timings"] = live_;
+    return chunk;
+  }
+
   // The chat stream's first chunk, once: the role alone.
   std::string role() {
     if (!first_) return "";

@@ -63,8 +63,9 @@ class ResponsesAnswer : public Answer {
         out += event("response.content_part.added", {{"item_id", item_id_}, {"output_index", index_}, {"content_index", 0}, {"part", text_part("")}});
       }
       text_ += d.content;
-      out += event("response.output_text.delta",
-                   {{"item_id", item_id_}, {"output_index", index_}, {"content_index", 0}, {"delta", d.content}, {"logprobs", json::array()}});
+      json data = {{"item_id", item_id_}, {"output_index", index_}, {"content_index", 0}, {"delta", d.content}, {"logprobs", json::array()}};
+      if (!live_.is_null()) data["timings"] = live_;  // llama-server's timings_per_token
+      out += event("response.output_text.delta", std::move(data));
     }
     if (d.tool_index != std::string::npos) {
       if (open_ != Item::call || tool_ != d.tool_index) {
@@ -84,7 +85,18 @@ class ResponsesAnswer : public Answer {
   std::string end(const GenerateResult& r, const ChatReply*, const json&) override {
     std::string out = start();
     out += close();
-    return out + event(incomplete(r.finish) ? "response.incomplete" : "response.completed", {{"response", response(r, items_)}});
+    // llama-server's timings beside the response, as on its other streams' ends.
+    return out + event(incomplete(r.finish) ? "response.incomplete" : "response.completed",
+                       {{"response", response(r, items_)}, {"timings", timings_json(r)}});
+  }
+
+  // llama-server's return_progress: response.in_progress again, the report
+  // beside the response.
+  std::string progress(const PromptProgress& p) override {
+    std::string out = start();
+    json data = {{"response", response_shell("in_progress", json::array())}, {"prompt_progress", progress_json(p)}};
+    if (req_.timings_per_token) data["timings"] = timings_json(p);
+    return out + event("response.in_progress", std::move(data));
   }
 
   std::string stream_error(const ApiError& e) override {

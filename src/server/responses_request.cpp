@@ -189,7 +189,8 @@ json responses_chat_body(const json& r) {
   if (has_field(r, "tool_choice")) o["tool_choice"] = tool_choice(r["tool_choice"]);
   if (has_field(r, "text")) text_format(r["text"], o);
   if (r.contains("max_output_tokens")) o["max_tokens"] = r["max_output_tokens"];
-  for (const char* key : {"temperature", "top_p", "stream", "parallel_tool_calls"}) {
+  // llama-server's own fields of a response's stream pass as they are.
+  for (const char* key : {"temperature", "top_p", "stream", "parallel_tool_calls", "return_progress", "timings_per_token"}) {
     if (r.contains(key)) o[key] = r[key];
   }
   return o;

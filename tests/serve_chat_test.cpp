@@ -348,3 +348,37 @@ TEST(ServeChat, PostSamplingProbabilitiesAreTheChainsOwn) {
   s.post("/v1/models/unload", {{"model", "only"}});
   s.expect_clean();
 }
+
+// llama-server's stream of n_probs: one token's probabilities a chunk, also
+// for tokens whose text comes out together (a character's bytes split over
+// tokens): those get a chunk each, the text riding with the last.
+TEST(ServeChat, ANativeStreamCarriesOneTokensProbabilitiesAChunk) {
+  Served s({"-m", bpe() + ":only"}, false);
+  int held = 0;  // chunks of a token whose text waited for the next one's
+  for (int seed : {1, 2, 3}) {
+    const json body = {{"prompt", "Once upon"}, {"n_predict", 64}, {"n_probs", 2},
+                       {"temperature", 1},      {"seed", seed},   {"stream", true}};
+    auto r = s.post("/completion", body);
+    ASSERT_TRUE(r && r->status == 200);
+    std::string text;
+    int chunks = 0, predicted = -1;
+    for (size_t at = r->body.find("data: {"); at != std::string::npos; at = r->body.find("data: {", at + 6)) {
+      const json c = json::parse(r->body.substr(at + 6, r->body.find("\n\n", at) - at - 6));
+      if (c["stop"] == true) {
+        predicted = c["tokens_predicted"];
+        continue;
+      }
+      ++chunks;
+      ASSERT_EQ(c["completion_probabilities"].size(), 1u) << c.dump();
+      held += c["content"] == "";
+      text += c["content"].get<std::string>();
+    }
+    EXPECT_EQ(chunks, predicted) << seed;
+    json whole = body;
+    whole["stream"] = false;
+    EXPECT_EQ(text, s.post_json("/completion", whole)["content"].get<std::string>()) << seed;
+  }
+  EXPECT_GT(held, 0);  // the case was there to split
+  s.post("/v1/models/unload", {{"model", "only"}});
+  s.expect_clean();
+}

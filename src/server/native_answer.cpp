@@ -107,11 +107,14 @@ class NativeAnswer : public Answer {
   const char* stream_type() const override { return "text/event-stream"; }
   std::string waiting() const override { return ": waiting for model '" + req_.model + "'\n\n"; }
 
+  // One token's probabilities a chunk, as llama-server streams them: tokens
+  // whose text came out together (a character's bytes, a stop string's
+  // prefix held back) each get a chunk, the text riding with the last.
   std::string text(std::string_view text, const json& logprobs) override {
-    json chunk = {{"index", 0}, {"content", std::string(text)}, {"stop", false}, {"id_slot", -1}};
-    if (!logprobs.is_null() && !logprobs.empty()) chunk["completion_probabilities"] = logprobs;
-    if (!live_.is_null()) chunk["timings"] = live_;
-    return sse(chunk);
+    std::string out;
+    const size_t n = logprobs.is_array() ? logprobs.size() : 0;
+    for (size_t i = 0; i + 1 < n; ++i) out += sse(chunk("", json::array({logprobs[i]})));
+    return out + sse(chunk(text, n > 1 ? json::array({logprobs[n - 1]}) : logprobs));
   }
 
   std::string progress(const PromptProgress& p) override {
@@ -132,6 +135,13 @@ class NativeAnswer : public Answer {
   std::string stream_error(const ApiError& e) override { return sse(error_json(e)); }
 
  private:
+  json chunk(std::string_view text, const json& logprobs) const {
+    json c = {{"index", 0}, {"content", std::string(text)}, {"stop", false}, {"id_slot", -1}};
+    if (!logprobs.is_null() && !logprobs.empty()) c["completion_probabilities"] = logprobs;
+    if (!live_.is_null()) c["timings"] = live_;
+    return c;
+  }
+
   const CompletionRequest& req_;
   const NativeOptions options_;
 };

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "served.h"
@@ -189,4 +190,40 @@ TEST(ServeRerank, RanksEachDocumentByItsOwnPairInJinasAndTeisShapes) {
   expect_error(s.post("/rerank", with_fields(body, {{"model", "nope"}})), 404, "nope");
   s.post("/v1/models/unload", {{"model", "ranker"}});
   s.expect_clean();
+}
+
+// A model's pooling over what its file says (llama-server's --pooling):
+// mean and last pool the same outputs differently; none, a vector a token,
+// is no embedding, and a name llama.cpp does not have is refused at start.
+TEST(ServeEmbeddings, AModelsPoolingIsItsSettingOverItsFiles) {
+  std::string config;
+  for (const char* p : {"mean", "last", "none"}) {
+    config += std::string("[models.") + p + "]\npath = \"" + bpe() + "\"\npooling = \"" + p + "\"\n";
+  }
+  const std::string path = temp_path("pooling.toml");
+  std::ofstream(path) << config;
+  Served s({"--config", path}, false);
+  const json input = {{"input", "I believe the meaning of life is"}};
+  const std::vector<float> mean = floats_of(s.post_json("/v1/embeddings", with_fields(input, {{"model", "mean"}}))["data"][0]["embedding"]);
+  const std::vector<float> last = floats_of(s.post_json("/v1/embeddings", with_fields(input, {{"model", "last"}}))["data"][0]["embedding"]);
+  ASSERT_EQ(mean.size(), last.size());
+  double norm = 0, apart = 0;
+  for (size_t i = 0; i < last.size(); ++i) {
+    norm += static_cast<double>(last[i]) * last[i];
+    apart += std::fabs(static_cast<double>(mean[i]) - last[i]);
+  }
+  EXPECT_NEAR(norm, 1.0, 1e-4);
+  EXPECT_GT(apart, 1e-3);
+  for (const char* p : {"/v1/embeddings", "/api/embed"}) {
+    auto r = s.post(p, with_fields(input, {{"model", "none"}}));
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400) << p << " " << r->body;
+    EXPECT_NE(r->body.find("pooling is none"), std::string::npos) << r->body;
+  }
+  for (const char* m : {"mean", "last", "none"}) s.post("/v1/models/unload", {{"model", m}});
+  s.expect_clean();
+  std::ofstream(path) << "[models.odd]\npath = \"" << bpe() << "\"\npooling = \"sum\"\n";
+  const Result bad = run("serve --port 0 --config " + path);
+  EXPECT_EQ(bad.status, 2) << bad.out;
+  EXPECT_NE(bad.out.find("models.odd.pooling: must be none, mean, cls, last or rank"), std::string::npos) << bad.out;
 }

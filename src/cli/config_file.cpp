@@ -6,6 +6,7 @@
 #include <limits>
 #include <map>
 
+#include "engine/embed.h"
 #include "server/openai.h"
 
 namespace reclaim::cli {
@@ -15,7 +16,7 @@ namespace {
 using nlohmann::json;
 
 const char* const kKeys =
-    "path, aliases, ctx, parallel, threads, gpu_layers, chat_template, jinja, system, keep_alive, pin, preload, defaults";
+    "path, aliases, ctx, parallel, threads, gpu_layers, pooling, chat_template, jinja, system, keep_alive, pin, preload, defaults";
 
 class Reader {
  public:
@@ -112,6 +113,9 @@ class Reader {
         s.n_gpu_layers = integer(v, key, -1, 1 << 20);
       } else if (field == "chat_template") {
         s.chat_template = string(v, key);
+      } else if (field == "pooling") {
+        s.pooling = string(v, key);
+        if (!pooling_from_name(*s.pooling)) fail(v, key, std::string("must be ") + kPoolingNames);
       } else if (field == "jinja") {
         s.jinja = boolean(v, key);
       } else if (field == "system") {

@@ -58,6 +58,7 @@ struct Args {
   std::string models_dir, host = "127.0.0.1", api_key_file, ssl_cert_file, ssl_key_file, memory_budget = "0", keep_alive = "5m",
               device_idle = "1m";
   std::string cache_ram = "2GiB";
+  std::string pooling;
   std::string unload_timeout = "30s", shutdown_timeout = "30s", chat_template, load_mode = "mmap", vet_timeout = "10m";
   std::string default_model;
   std::string queue_timeout = "5m", read_timeout = "10s", stream_keepalive = "5s", min_serve = "0",
@@ -235,6 +236,7 @@ RegistryOptions registry_options(const Args& a) {
   opts.load_mode = load_mode_from_name(a.load_mode);
   opts.n_threads = a.threads;
   opts.n_gpu_layers = a.gpu_layers;
+  opts.pooling = a.pooling;
   opts.parallel = a.parallel;
   opts.max_running = a.parallel;
   opts.max_queue = a.max_queue;
@@ -455,6 +457,8 @@ Command add_serve(CLI::App& app) {
   sub->add_option("--ctx", a->ctx, "context size of each request")->capture_default_str()->check(CLI::Range(16, 1 << 24));
   sub->add_option("--batch", a->batch, "prompt tokens per decode step")->capture_default_str()->check(CLI::Range(1, 1 << 20));
   sub->add_option("--threads", a->threads, "decode threads a model (0: all cores)")->capture_default_str();
+  sub->add_option("--pooling", a->pooling, "how embeddings pool each model's outputs, over what its file says: none, mean, cls, last or rank")
+      ->check(CLI::IsMember({"none", "mean", "cls", "last", "rank"}));
   sub->add_option("--gpu-layers", a->gpu_layers, "layers of each model on the accelerator (-1: all, where there is one; 0: none)")
       ->capture_default_str()->check(CLI::Range(-1, 100000));
   sub->add_option("--parallel", a->parallel, "requests a model decodes together, each in a sequence of --ctx tokens of one context")->capture_default_str()

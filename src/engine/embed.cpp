@@ -10,6 +10,7 @@
 namespace reclaim {
 
 enum llama_pooling_type embedding_pooling(const Model& model) {
+  if (model.pooling()) return *model.pooling();
   char arch[64] = {0};
   if (llama_model_meta_val_str(model.get(), "general.architecture", arch, sizeof arch) < 0) return LLAMA_POOLING_TYPE_MEAN;
   char pooling[16] = {0};
@@ -17,6 +18,15 @@ enum llama_pooling_type embedding_pooling(const Model& model) {
   if (llama_model_meta_val_str(model.get(), key.c_str(), pooling, sizeof pooling) < 0) return LLAMA_POOLING_TYPE_MEAN;
   const int p = std::atoi(pooling);
   return p > 0 ? static_cast<enum llama_pooling_type>(p) : LLAMA_POOLING_TYPE_MEAN;
+}
+
+std::optional<enum llama_pooling_type> pooling_from_name(const std::string& name) {
+  if (name == "none") return LLAMA_POOLING_TYPE_NONE;
+  if (name == "mean") return LLAMA_POOLING_TYPE_MEAN;
+  if (name == "cls") return LLAMA_POOLING_TYPE_CLS;
+  if (name == "last") return LLAMA_POOLING_TYPE_LAST;
+  if (name == "rank") return LLAMA_POOLING_TYPE_RANK;
+  return std::nullopt;
 }
 
 bool decode_pooled(Model& model, const std::vector<std::vector<llama_token>>& inputs, enum llama_pooling_type pooling,
@@ -75,6 +85,10 @@ EmbedResult embed(Model& model, const std::vector<std::vector<llama_token>>& inp
                   const std::function<void()>& tick) {
   const enum llama_pooling_type pooling = embedding_pooling(model);
   if (pooling == LLAMA_POOLING_TYPE_RANK) throw BadPrompt("the model is a reranker: its pooling gives scores, not embeddings");
+  if (pooling == LLAMA_POOLING_TYPE_NONE) {
+    throw BadPrompt("the model's pooling is none: it makes a vector for each token, where an embedding is one for the whole "
+                    "input (serve it with mean, cls or last: pooling in --config, or --pooling)");
+  }
   EmbedResult out;
   const int32_t n_embd = llama_model_n_embd(model.get());
   const bool done = decode_pooled(model, inputs, pooling, cancel, tick, [&](size_t n, const float* e) {

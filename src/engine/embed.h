@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include <llama.h>
@@ -26,6 +28,10 @@ struct EmbedResult {
 
 // The pooling a model's embeddings get: its own, or mean where it has none.
 enum llama_pooling_type embedding_pooling(const Model& model);
+// llama.cpp's pooling names (none, mean, cls, last, rank); nullopt for
+// another.
+std::optional<enum llama_pooling_type> pooling_from_name(const std::string& name);
+inline constexpr const char* kPoolingNames = "none, mean, cls, last or rank";
 
 // Each input decoded whole, in a context of its own made for `pooling`, and
 // its pooled output (n_embd floats, or the classifier's labels under rank

@@ -49,6 +49,8 @@ class Model {
   Scope& scope() { return *scope_; }
   ggml_threadpool* threadpool() const { return pool_.get(); }  // null with one thread
   int32_t n_threads() const { return n_threads_; }
+  // The pooling its load asked for over the file's (engine/embed.h reads both).
+  std::optional<enum llama_pooling_type> pooling() const { return pooling_; }
   std::mutex& decode_mutex() { return decode_mu_; }
   // Whether its steps compute on the CPU's cores (not an accelerator's): it
   // takes turns there with the other models (engine/core_turns.h).
@@ -78,6 +80,7 @@ class Model {
   ModelInfo info_;
   LoadMode mode_;
   int32_t n_threads_ = 1;
+  std::optional<enum llama_pooling_type> pooling_;
   bool cpu_pool_ = false;  // counted among the pools that take turns
   uint64_t entry_bytes_ = 0;
   std::mutex decode_mu_;

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,9 @@ struct ModelLoad {
   LoadMode mode = LoadMode::mmap;
   int32_t n_gpu_layers = -1;  // all layers on the accelerator, when there is one
   int32_t n_threads = 0;      // the model's decode threads (0: all cores)
+  // How embeddings pool the model's outputs, over what the file says
+  // (llama-server's --pooling); unset: the file's, or mean.
+  std::optional<enum llama_pooling_type> pooling;
   // Called with 0..1; returning false aborts the load.
   std::function<bool(float)> progress;
 };

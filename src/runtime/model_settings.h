@@ -19,6 +19,7 @@ struct ModelSettings {
   std::optional<int32_t> parallel;   // sequences of its batch, and requests at once (--parallel)
   std::optional<int32_t> n_threads;
   std::optional<int32_t> n_gpu_layers;
+  std::optional<std::string> pooling;  // an embedding model's (engine/embed.h's names)
   std::optional<std::chrono::milliseconds> keep_alive;
   std::optional<std::string> chat_template;  // a built-in name or template text
   // false: the template rendered by llama.cpp's built-in engine, the one of
@@ -42,6 +43,7 @@ inline ModelSettings taken_while_loaded(const ModelSettings& loaded, ModelSettin
   next.parallel = loaded.parallel;
   next.n_threads = loaded.n_threads;
   next.n_gpu_layers = loaded.n_gpu_layers;
+  next.pooling = loaded.pooling;
   return next;
 }
 

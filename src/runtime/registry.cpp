@@ -10,6 +10,7 @@
 #include "core/size.h"
 #include "engine/batcher.h"
 #include "engine/device_life.h"
+#include "engine/embed.h"
 #include "engine/model_info.h"
 #include "runtime/model_entry.h"
 
@@ -136,6 +137,10 @@ ModelLoad Registry::model_load(Entry& e) {
   load.mode = options_.load_mode;
   load.n_gpu_layers = e.spec.settings.n_gpu_layers.value_or(options_.n_gpu_layers);
   load.n_threads = e.spec.settings.n_threads.value_or(options_.n_threads);
+  // Checked where it was read (--config, --pooling): a name here is one of llama.cpp's.
+  if (const std::string pooling = e.spec.settings.pooling.value_or(options_.pooling); !pooling.empty()) {
+    load.pooling = pooling_from_name(pooling);
+  }
   load.progress = [this, &e](float p) {
     e.progress = p;
     std::lock_guard lock(mu_);  // the flag is read under the registry's lock

@@ -40,6 +40,7 @@ struct RegistryOptions {
   bool autoload = true;       // a request for an unloaded model loads it
   LoadMode load_mode = LoadMode::mmap;
   int32_t n_gpu_layers = -1;
+  std::string pooling;  // every model's pooling (engine/embed.h's names); empty: each file's
   int32_t n_threads = 0;
   // A model's requests decode together in one context of this many
   // sequences, each of session.n_ctx (engine/batcher.h). At least 1.

@@ -91,6 +91,8 @@ def reclaim_config(opts, model):
     alias = names[0] if names else os.path.basename(model).removesuffix(".gguf")
     parallel = int(last(opts, "--parallel", "1") or 1)
     lines = [f"[models.{toml_str(alias)}]", f"path = {toml_str(model)}", f"parallel = {parallel}"]
+    if "--pooling" in opts:
+        lines.append(f"pooling = {toml_str(last(opts, '--pooling'))}")
     if "--no-jinja" in opts and "--jinja" not in opts:
         lines.append("jinja = false")
     if len(names) > 1:

@@ -53,7 +53,7 @@ double seconds_for(const std::function<void()>& f) {
 
 TEST(ServeScheduling, ARequestForASecondModelWaitsForTheBusyOneThenSwaps) {
   Served s({"--threads", "1", "--ctx", busy_ctx(), "--max-loaded", "1", "--parallel", "1", "--unload-timeout", "10m",
-            "--stream-keepalive", "100ms"});
+            "--stream-keepalive", "100ms", "--stream-hold", "100ms"});
   auto busy = post_async(s.port(), "/v1/chat/completions", long_chat());
   ASSERT_TRUE(s.until([&] { return s.model("bpe")["in_flight"] == 1; }));
   auto waiting = post_async(s.port(), "/v1/completions", spm_completion(4));
@@ -132,7 +132,10 @@ TEST(ServeScheduling, ControlAnswersAtOnceAndCompletionsPastTheQueueAre429AtOnce
 }
 
 TEST(ServeScheduling, AClientThatLeavesIsNoticedRunningOrWaitingStreamedOrNot) {
-  Served s({"--threads", "1", "--ctx", "4096", "--max-loaded", "1", "--parallel", "1", "--unload-timeout", "10m"});
+  // A stream starts once it has waited 100 ms (--stream-hold), as one that
+  // waits long does.
+  Served s({"--threads", "1", "--ctx", "4096", "--max-loaded", "1", "--parallel", "1", "--unload-timeout", "10m",
+            "--stream-hold", "100ms"});
   auto metrics = [&] {
     auto m = s.http().Get("/metrics");
     return m ? m->body : std::string();
@@ -184,8 +187,10 @@ TEST(ServeScheduling, AClientThatLeavesIsNoticedRunningOrWaitingStreamedOrNot) {
 }
 
 TEST(ServeScheduling, AStreamWhoseWaitFailsEndsWithAnErrorEventAndDone) {
+  // Started after 100 ms of waiting (--stream-hold), the stream carries the
+  // wait's failure as its last event.
   Served s({"--threads", "1", "--ctx", busy_ctx(), "--max-loaded", "1", "--parallel", "1", "--unload-timeout", "10m",
-            "--queue-timeout", "1s"});
+            "--queue-timeout", "1s", "--stream-hold", "100ms"});
   auto busy = post_async(s.port(), "/v1/chat/completions", long_chat());
   ASSERT_TRUE(s.until([&] { return s.model("bpe")["in_flight"] == 1; }));
   RawClient c(s.port());
@@ -200,6 +205,36 @@ TEST(ServeScheduling, AStreamWhoseWaitFailsEndsWithAnErrorEventAndDone) {
   ASSERT_TRUE(b);
   EXPECT_EQ(b->status, 200);
   EXPECT_EQ(s.model("spm")["loads"], 0);
+  s.expect_clean();
+}
+
+// Within --stream-hold (30 s by default), a stream waits for its model before
+// it starts, so that what ends the wait is a status: here the queue timeout,
+// a 503 with no stream at all. The prompt that overflows the context of a
+// model another stream is loading is the same: a 400 before any event.
+TEST(ServeScheduling, AStreamRefusedWhileItWaitsGetsItsStatusBeforeItStarts) {
+  Served s({"--threads", "1", "--ctx", busy_ctx(), "--max-loaded", "1", "--parallel", "1", "--unload-timeout", "10m",
+            "--queue-timeout", "1s"});
+  auto busy = post_async(s.port(), "/v1/chat/completions", long_chat());
+  ASSERT_TRUE(s.until([&] { return s.model("bpe")["in_flight"] == 1; }));
+  auto refused = s.post("/v1/completions", spm_completion(4, true));
+  expect_error(refused, 503, "--queue-timeout");
+  EXPECT_EQ(refused->get_header_value("Content-Type").rfind("application/json", 0), 0u);
+  auto b = busy.get();
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->status, 200);
+  // One stream loads spm; another, too long for its context, arrives while
+  // it loads and is refused as it would be once spm is loaded.
+  s.post("/v1/models/unload", {{"model", "bpe"}});
+  auto loading = post_async(s.port(), "/v1/completions", spm_completion(4, true));
+  ASSERT_TRUE(s.until([&] { return s.model("spm")["state"] != "unloaded"; }));
+  json overflow = spm_completion(4, true);
+  overflow["max_tokens"] = std::stoi(busy_ctx()) + 1;
+  expect_error(s.post("/v1/completions", overflow), 400, "context");
+  auto l = loading.get();
+  ASSERT_TRUE(l);
+  EXPECT_EQ(l->status, 200);
+  expect_error(s.post("/v1/completions", overflow), 400, "context");
   s.expect_clean();
 }
 

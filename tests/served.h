@@ -240,6 +240,9 @@ inline void leave_after_first_chunk(int port, const json& request, const std::st
     ASSERT_GT(n, 0) << got;
     got.append(buf, static_cast<size_t>(n));
   }
+  // Left in a reply, not after a refusal or an error event.
+  EXPECT_EQ(got.rfind("HTTP/1.1 200", 0), 0u) << got;
+  EXPECT_EQ(got.find("\"error\""), std::string::npos) << got;
   ::close(fd);
 }
 

@@ -61,7 +61,7 @@ struct Args {
   std::string pooling;
   std::string unload_timeout = "30s", shutdown_timeout = "30s", chat_template, load_mode = "mmap", vet_timeout = "10m";
   std::string default_model;
-  std::string queue_timeout = "5m", read_timeout = "10s", stream_keepalive = "5s", min_serve = "0",
+  std::string queue_timeout = "5m", read_timeout = "10s", stream_keepalive = "5s", stream_hold = "30s", min_serve = "0",
               grammar_token_time = "5s";
   int port = 8080, max_loaded = 0, ctx = 4096, threads = 0, gpu_layers = -1, parallel = 1, batch = 512, max_queue = 32;
   int max_connections = 512;
@@ -329,6 +329,7 @@ server::ServerOptions server_options(const Args& a) {
   so.max_connections = a.max_connections;
   so.read_timeout = duration(a.read_timeout, "read-timeout");
   so.stream_keepalive = duration(a.stream_keepalive, "stream-keepalive");
+  so.stream_hold = duration(a.stream_hold, "stream-hold");
   so.grammar_token_time = duration(a.grammar_token_time, "grammar-token-time");
   so.allow_insecure_pull = a.allow_insecure_pull;
   vertex_options(so);
@@ -476,6 +477,10 @@ Command add_serve(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--grammar-token-time", a->grammar_token_time,
                   "how long a request's grammar may take to weigh the vocabulary for one token (a 400 beyond)")
+      ->capture_default_str();
+  sub->add_option("--stream-hold", a->stream_hold,
+                  "how long a stream waits for its model before it starts, so that what is wrong with the request is an "
+                  "HTTP status; after it, the stream starts and waits on with comments")
       ->capture_default_str();
   sub->add_option("--stream-keepalive", a->stream_keepalive, "how often a stream waiting for its model sends an SSE comment")
       ->capture_default_str();

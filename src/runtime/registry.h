@@ -71,6 +71,15 @@ struct Wait {
   // Not waiting at all: acquire() returns an empty lease where it would wait
   // (it still throws QueueFull where the line is full).
   bool no_wait = false;
+  // Past it, acquire() gives up as no_wait does (an empty lease), out of the
+  // line, unless this thread is loading the model (a load is not cut short).
+  std::chrono::steady_clock::time_point give_up = std::chrono::steady_clock::time_point::max();
+  // The request's ticket in its model's line for a running slot, kept here
+  // when it gives up and taken again by its next wait, so that it keeps its
+  // place (0: none yet). Its model's place in the line for room is kept as
+  // long as another request waits with it; a request alone there joins the
+  // line again at its end.
+  uint64_t* slot_ticket = nullptr;
 };
 
 // Counts of the scheduler since the start, for /metrics.

@@ -10,18 +10,27 @@ RequestRun::RequestRun(Registry& registry, RequestCounts& counts, std::function<
 RequestRun::~RequestRun() { release(); }
 
 void RequestRun::hold(const std::string& model, std::optional<Millis> keep_alive, const std::function<void()>& on_wait) {
+  (void)hold_until(model, keep_alive, std::chrono::steady_clock::time_point::max(), on_wait);
+}
+
+bool RequestRun::hold_until(const std::string& model, std::optional<Millis> keep_alive, std::chrono::steady_clock::time_point until,
+                            const std::function<void()>& on_wait) {
   Wait w;
   w.still_wanted = [this, &on_wait] {
     if (on_wait) on_wait();
     return !client_gone();
   };
+  w.give_up = until;
+  w.slot_ticket = &slot_ticket_;
   try {
     lease_ = registry_.acquire(model, keep_alive, w);
   } catch (const ClientGone&) {
     end(RunEnd::client_gone);
     throw;
   }
+  if (!lease_) return false;
   cancel_.link(&lease_.cancel_token());
+  return true;
 }
 
 bool RequestRun::hold_now(const std::string& model, std::optional<Millis> keep_alive) {

@@ -67,6 +67,10 @@ class RequestRun {
   // Takes `model` only if it is ready now; false where it would wait. Throws
   // where the line is full or the name unknown, as hold() does.
   bool hold_now(const std::string& model, std::optional<Millis> keep_alive);
+  // As hold(), but gives up at `until` (false), unless it is loading the
+  // model itself; a hold() after it keeps the request's place in the line.
+  bool hold_until(const std::string& model, std::optional<Millis> keep_alive, std::chrono::steady_clock::time_point until,
+                  const std::function<void()>& on_wait = nullptr);
   bool held() const { return static_cast<bool>(lease_); }
   Model& model() { return lease_.model(); }
 
@@ -106,6 +110,7 @@ class RequestRun {
   Registry& registry_;
   RequestCounts& counts_;
   std::function<bool()> client_here_;
+  uint64_t slot_ticket_ = 0;  // its place in its model's line for a slot, between waits
   Lease lease_;
   CancelToken cancel_;
   RunEnd end_ = RunEnd::none;

@@ -68,8 +68,14 @@ class Registry::Waiter {
   }
   void line_up_for_slot() {
     if (slot_ticket_ != 0) return;
-    slot_ticket_ = r_.line_.next_ticket();
-    e_.slot_line.push_back(slot_ticket_);
+    const bool kept = wait_.slot_ticket && *wait_.slot_ticket != 0;
+    slot_ticket_ = kept ? *wait_.slot_ticket : r_.line_.next_ticket();
+    // Tickets rise, so a new one goes last and a kept one back where it was.
+    e_.slot_line.insert(std::upper_bound(e_.slot_line.begin(), e_.slot_line.end(), slot_ticket_), slot_ticket_);
+  }
+  // Giving up (Wait::give_up): the ticket goes with the request.
+  void keep_ticket() {
+    if (wait_.slot_ticket && slot_ticket_ != 0) *wait_.slot_ticket = slot_ticket_;
   }
   // Out of the slot line, for a request that no longer waits for a slot.
   void leave_slot_line() {
@@ -103,9 +109,14 @@ class Registry::Waiter {
 
   // Waits for a change, at most a poll. Without the lock it asks whether the
   // client is still there (the check may write to a slow client): what
-  // changed meanwhile is looked at again from the top.
-  void pause(std::unique_lock<std::mutex>& lock) {
-    r_.cv_.wait_until(lock, std::min(deadline_, Steady::now() + wait_.poll));
+  // changed meanwhile is looked at again from the top. False: the wait's
+  // time to give up has come.
+  bool pause(std::unique_lock<std::mutex>& lock) {
+    if (Steady::now() >= wait_.give_up) {
+      keep_ticket();
+      return false;
+    }
+    r_.cv_.wait_until(lock, std::min({deadline_, wait_.give_up, Steady::now() + wait_.poll}));
     bool wanted = true;
     if (wait_.still_wanted) {
       lock.unlock();
@@ -122,6 +133,7 @@ class Registry::Waiter {
                          " ms (--queue-timeout) for model '" + e_.spec.name + "' (" + life_name(e_.life) + ", " +
                          std::to_string(e_.in_flight) + " running, " + std::to_string(e_.queued) + " waiting)");
     }
+    return true;
   }
 
  private:
@@ -179,7 +191,7 @@ bool Registry::admit_locked(std::unique_lock<std::mutex>& lock, Entry& e, const 
       w.join_queue();
       if (wait.no_wait) return false;
     }
-    w.pause(lock);
+    if (!w.pause(lock)) return false;
   }
 }
 

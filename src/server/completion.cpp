@@ -437,11 +437,20 @@ void Server::complete(httplib::Response& res, const CompletionCall& call, std::s
     return;
   }
 
-  // A model that is ready takes the request at once, and what is wrong with
-  // it is a status; a refusal (a full line, an unknown model) is one too.
-  if (run->request->hold_now(run->req.model, run->keep_alive)) {
-    prepare(*run);
-    run->answer->held();
+  // What is wrong with the request is a status, not an event in a stream,
+  // whenever its model is held within --stream-hold: at once where it is
+  // ready, or after a load (its own, which is never cut short, or another's
+  // under way) or a wait for a slot. A refusal (a full line, an unknown
+  // model) is one too. Past the bound, the stream starts and keeps proxies
+  // awake with comments while it waits on, in the same place in the line.
+  try {
+    if (run->request->hold_now(run->req.model, run->keep_alive) ||
+        run->request->hold_until(run->req.model, run->keep_alive, std::chrono::steady_clock::now() + options_.stream_hold)) {
+      prepare(*run);
+      run->answer->held();
+    }
+  } catch (const ClientGone&) {
+    return;  // nobody to answer; the run is counted so
   }
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");  // nginx: pass each event on as it comes

@@ -83,6 +83,9 @@ struct ServerOptions {
   // A stream that waits for its model sends an SSE comment this often, so
   // that proxies and clients do not take it for dead.
   Millis stream_keepalive = std::chrono::seconds(5);
+  // How long a stream waits for its model before its headers (so that a
+  // refusal is a status); then it starts, with a comment every keepalive.
+  Millis stream_hold = std::chrono::seconds(30);
   // How long a request's grammar may take to weigh the vocabulary for one
   // token (a 400 grammar_too_costly beyond; docs/safety.md).
   Millis grammar_token_time = std::chrono::seconds(5);

@@ -261,6 +261,9 @@ TEST(MakeTestModel, BadArgumentsAreClearErrors) {
   r = run("make-test-model --out " + reclaim::testing::temp_path("x.gguf") + " --vocab spm --size 12parsecs");
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.out.find("unknown unit"), std::string::npos) << r.out;
+  r = run("make-test-model --out " + reclaim::testing::temp_path("x.gguf") + " --vocab spm --embd 64 --layers 2 --zero-layers-from 2");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.out.find("--zero-layers-from must be 0..1"), std::string::npos) << r.out;
   r = run("make-test-model --out /nonexistent-dir/x.gguf --vocab spm --embd 64 --layers 1");
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.out.find("/nonexistent-dir/x.gguf"), std::string::npos) << r.out;

@@ -4,7 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <utility>
+#include <vector>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -98,4 +101,70 @@ TEST(TestModel, BadInputIsAClearError) {
   s = tiny("spm");
   s.n_embd = 100;
   EXPECT_THROW(make_test_model(s, reclaim::testing::temp_path("x.gguf")), Error);
+}
+
+namespace {
+
+// The last logits of "hello world" and the next eight greedy tokens.
+std::pair<std::vector<float>, std::vector<llama_token>> greedy_run(const std::string& path) {
+  llama_model* m = llama_model_load_from_file(path.c_str(), llama_model_default_params());
+  EXPECT_NE(m, nullptr) << path;
+  if (!m) return {};
+  llama_context_params cp = llama_context_default_params();
+  cp.n_ctx = 64;
+  cp.n_threads = cp.n_threads_batch = 1;
+  llama_context* ctx = llama_init_from_model(m, cp);
+  const llama_vocab* vocab = llama_model_get_vocab(m);
+  const int32_t n_vocab = llama_vocab_n_tokens(vocab);
+  llama_token toks[32];
+  const int n = llama_tokenize(vocab, "hello world", 11, toks, 32, true, false);
+  EXPECT_EQ(llama_decode(ctx, llama_batch_get_one(toks, n)), 0);
+  const float* last = llama_get_logits_ith(ctx, -1);
+  std::vector<float> logits(last, last + n_vocab);
+  std::vector<llama_token> out;
+  for (int i = 0; i < 8; ++i) {
+    const float* l = llama_get_logits_ith(ctx, -1);
+    llama_token best = static_cast<llama_token>(std::max_element(l, l + n_vocab) - l);
+    out.push_back(best);
+    EXPECT_EQ(llama_decode(ctx, llama_batch_get_one(&best, 1)), 0);
+  }
+  llama_free(ctx);
+  llama_model_free(m);
+  return {logits, out};
+}
+
+}  // namespace
+
+// A target whose layers past the draft's add nothing answers as the draft
+// does, token for token (speculative decoding's full acceptance); another
+// seed's model of the same shape does not (its draft is never right).
+TEST(TestModel, ZeroedLayersPastADraftsAnswerAsTheDraft) {
+  const std::string draft = reclaim::testing::temp_path("tm_draft.gguf"), target = reclaim::testing::temp_path("tm_target.gguf"),
+                    other = reclaim::testing::temp_path("tm_other.gguf");
+  TestModelSpec d = tiny("spm");
+  d.n_layer = 2;
+  make_test_model(d, draft);
+  TestModelSpec t = d;
+  t.n_layer = 5;
+  t.zero_layers_from = 2;
+  make_test_model(t, target);
+  TestModelSpec o = t;
+  o.seed = 2;
+  make_test_model(o, other);
+  const auto [dl, dt] = greedy_run(draft);
+  const auto [tl, tt] = greedy_run(target);
+  const auto [ol, ot] = greedy_run(other);
+  ASSERT_EQ(dl.size(), tl.size());
+  double most = 0, apart = 0;
+  for (size_t i = 0; i < dl.size(); ++i) {
+    most = std::max(most, static_cast<double>(std::fabs(dl[i] - tl[i])));
+    apart = std::max(apart, static_cast<double>(std::fabs(dl[i] - ol[i])));
+  }
+  EXPECT_LT(most, 1e-3);
+  EXPECT_GT(apart, 0.1);
+  EXPECT_EQ(dt, tt);
+  EXPECT_NE(dt, ot);
+  TestModelSpec bad = d;
+  bad.zero_layers_from = 2;
+  EXPECT_THROW(make_test_model(bad, reclaim::testing::temp_path("tm_bad.gguf")), Error);
 }

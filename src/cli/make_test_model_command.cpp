@@ -13,7 +13,7 @@ Command add_make_test_model(CLI::App& app) {
   auto* sub = app.add_subcommand("make-test-model", "write a deterministic random-weight llama GGUF for tests");
   struct Args {
     std::string out, vocab = "bpe", type = "f16", size, chat_template;
-    int64_t embd = 0, layers = 0, ff = 0;
+    int64_t embd = 0, layers = 0, ff = 0, zero_layers_from = -1;
     int split = 1;
     uint64_t seed = 1;
     bool fim = false, reranker = false;
@@ -35,6 +35,9 @@ Command add_make_test_model(CLI::App& app) {
   sub->add_flag("--reranker", a->reranker,
                 "write a reranker (qwen3 with rank pooling and a yes/no classifier head, as Qwen3-Reranker "
                 "converts) for /rerank");
+  sub->add_option("--zero-layers-from", a->zero_layers_from,
+                  "layers from N on add nothing (zero output projections): the model answers as the same --seed and "
+                  "--embd with N layers does, a speculative decoding target whose draft is always right");
   sub->add_option("--split", a->split, "write the model in this many parts, as llama.cpp's gguf-split does "
                                       "(OUT-00001-of-0000N.gguf, ...)")->capture_default_str();
   return [a] {
@@ -49,6 +52,7 @@ Command add_make_test_model(CLI::App& app) {
     spec.n_layer = a->layers;
     spec.n_ff = a->ff;
     spec.seed = a->seed;
+    spec.zero_layers_from = a->zero_layers_from;
     if (!a->chat_template.empty()) {
       spec.chat_template = llama_template(a->chat_template);
       if (spec.chat_template.empty()) {

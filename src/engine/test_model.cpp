@@ -213,6 +213,10 @@ TestModelShape test_model_shape(const TestModelSpec& spec) {
     s.bytes = shape_bytes(s, type);
   }
   if (s.n_embd % 64 != 0) throw Error("--embd must be a multiple of 64, got " + std::to_string(s.n_embd));
+  if (spec.zero_layers_from >= s.n_layer || spec.zero_layers_from < -1) {
+    throw Error("--zero-layers-from must be 0.." + std::to_string(s.n_layer - 1) + " (the model has " + std::to_string(s.n_layer) +
+                " layers), got " + std::to_string(spec.zero_layers_from));
+  }
   if (type == GGML_TYPE_Q8_0 && s.n_ff % 32 != 0) throw Error("--ff must be a multiple of 32 for q8_0");
   if (spec.reranker) {  // the classifier's two rows in place of the output, and each block's q/k norms
     const double w = bytes_per_weight(type);
@@ -295,8 +299,19 @@ std::vector<ggml_tensor*> add_tensors(ggml_context* meta, gguf_context* g, const
 
 // Each tensor's random weights (norms: ones), row by row in its type, padded
 // to the file's alignment.
+// A block's output projection at or past `zero_from`: zeros, so that the
+// block adds nothing (TestModelSpec::zero_layers_from).
+bool zeroed(const char* name, int64_t zero_from) {
+  if (zero_from < 0) return false;
+  long long layer = -1;
+  char what[64] = {0};
+  if (std::sscanf(name, "blk.%lld.%63s", &layer, what) != 2) return false;
+  const std::string w = what;
+  return layer >= zero_from && (w == "attn_output.weight" || w == "ffn_down.weight");
+}
+
 void write_weights(std::FILE* f, const std::string& tmp, const std::vector<ggml_tensor*>& tensors, size_t align,
-                   uint64_t seed) {
+                   uint64_t seed, int64_t zero_from) {
   std::vector<float> row;
   std::vector<uint8_t> packed;
   const std::vector<uint8_t> zeros(align, 0);
@@ -305,7 +320,7 @@ void write_weights(std::FILE* f, const std::string& tmp, const std::vector<ggml_
     Rng rng{hash_name(x->name, seed)};
     const bool is_norm = ggml_n_dims(x) == 1;
     // Uniform weights with std 1/sqrt(fan-in) keep activations in range through any depth.
-    const float scale = is_norm ? 0.0f : std::sqrt(3.0f / static_cast<float>(ne0));
+    const float scale = is_norm || zeroed(x->name, zero_from) ? 0.0f : std::sqrt(3.0f / static_cast<float>(ne0));
     row.resize(static_cast<size_t>(ne0));
     packed.resize(ggml_row_size(x->type, ne0));
     for (int64_t r = 0; r < rows; ++r) {
@@ -333,7 +348,8 @@ namespace {
 
 // One GGUF file: `g`'s header, then `tensors`' weights (via a temporary
 // file, renamed at the end).
-void write_part(const std::string& out, gguf_context* g, const std::vector<ggml_tensor*>& tensors, uint64_t seed) {
+void write_part(const std::string& out, gguf_context* g, const std::vector<ggml_tensor*>& tensors, uint64_t seed,
+                int64_t zero_from) {
   std::string tmp = out + ".tmp." + std::to_string(::getpid());
   std::FILE* f = std::fopen(tmp.c_str(), "wb");
   if (!f) throw Error("cannot create '" + tmp + "': " + std::strerror(errno));
@@ -345,7 +361,7 @@ void write_part(const std::string& out, gguf_context* g, const std::vector<ggml_
   std::vector<uint8_t> header(gguf_get_meta_size(g));
   gguf_get_meta_data(g, header.data());
   write_all(f, header.data(), header.size(), tmp);
-  write_weights(f, tmp, tensors, gguf_get_alignment(g), seed);
+  write_weights(f, tmp, tensors, gguf_get_alignment(g), seed, zero_from);
   if (std::fflush(f) != 0) throw Error("cannot write '" + tmp + "': " + std::strerror(errno));
   if (std::rename(tmp.c_str(), out.c_str()) != 0) {
     throw Error("cannot rename '" + tmp + "' to '" + out + "': " + std::strerror(errno));
@@ -369,6 +385,9 @@ TestModelShape make_test_model(const TestModelSpec& spec, const std::string& out
   gguf_set_val_u32(g.get(), "general.file_type",
                    wtype == GGML_TYPE_F32 ? 0u : wtype == GGML_TYPE_F16 ? 1u : 7u);
   gguf_set_val_u64(g.get(), "reclaim.test_model.seed", spec.seed);
+  if (spec.zero_layers_from >= 0) {
+    gguf_set_val_u32(g.get(), "reclaim.test_model.zero_layers_from", static_cast<uint32_t>(spec.zero_layers_from));
+  }
   gguf_set_val_u32(g.get(), key("context_length").c_str(), static_cast<uint32_t>(spec.n_ctx_train));
   gguf_set_val_u32(g.get(), key("embedding_length").c_str(), static_cast<uint32_t>(s.n_embd));
   gguf_set_val_u32(g.get(), key("block_count").c_str(), static_cast<uint32_t>(s.n_layer));
@@ -397,7 +416,7 @@ TestModelShape make_test_model(const TestModelSpec& spec, const std::string& out
   const std::vector<ggml_tensor*> tensors = add_tensors(meta.get(), g.get(), s, wtype, spec.reranker);
 
   if (spec.split <= 1) {
-    write_part(out, g.get(), tensors, spec.seed);
+    write_part(out, g.get(), tensors, spec.seed, spec.zero_layers_from);
     return s;
   }
   // As llama.cpp's gguf-split writes them: every key in the first part, the
@@ -415,7 +434,7 @@ TestModelShape make_test_model(const TestModelSpec& spec, const std::string& out
     for (ggml_tensor* x : mine) gguf_add_tensor(part.get(), x);
     char name[32];
     std::snprintf(name, sizeof name, "-%05zu-of-%05zu.gguf", p + 1, parts);
-    write_part(prefix + name, part.get(), mine, spec.seed);
+    write_part(prefix + name, part.get(), mine, spec.seed, spec.zero_layers_from);
   }
   return s;
 }

@@ -37,6 +37,12 @@ struct TestModelSpec {
   // Parts, as llama.cpp's gguf-split writes a model too large for one file:
   // OUT-00001-of-0000N.gguf, ... (OUT without its ".gguf"). 1: one file.
   int split = 1;
+  // Layers from this one on add nothing to the residual stream: their output
+  // projections (attn_output, ffn_down) are zeros, so that the model's
+  // logits are those of the same seed and shape with this many layers. A
+  // speculative decoding target whose draft (--layers N, the same seed) is
+  // always right. -1: every layer random.
+  int64_t zero_layers_from = -1;
 };
 
 struct TestModelShape {

@@ -58,10 +58,7 @@ llama_token Generation::sample(llama_context* ctx, int32_t row) {
     t = post_sampling_ ? draw(logits) : llama_sampler_sample(sampler_.get(), ctx, row);
   } else {
     t = argmax(logits, n_vocab_);
-    if (post_sampling_) {  // greedy draws its one token for certain
-      sampled_ = TokenLogprob{t, 0.0f, {}};
-      if (n_logprobs_ > 0) sampled_.top.emplace_back(t, 0.0f);
-    }
+    if (post_sampling_) note_certain(t);  // greedy draws its one token for certain
   }
   if (n_logprobs_ >= 0 && !post_sampling_) note_logprob(logits, t);
   return t;
@@ -70,15 +67,29 @@ llama_token Generation::sample(llama_context* ctx, int32_t row) {
 // What llama_sampler_sample does (the chain over the logits as an array,
 // then its accept), with the array kept for note_drawn.
 llama_token Generation::draw(const float* logits) {
+  llama_token_data_array arr = fill(logits);
+  const llama_token t = pick(arr);
+  llama_sampler_accept(sampler_.get(), t);
+  return t;
+}
+
+llama_token_data_array Generation::fill(const float* logits) {
   candidates_.resize(static_cast<size_t>(n_vocab_));
   for (int32_t i = 0; i < n_vocab_; ++i) candidates_[static_cast<size_t>(i)] = {i, logits[i], 0.0f};
-  llama_token_data_array arr{candidates_.data(), candidates_.size(), -1, false};
+  return llama_token_data_array{candidates_.data(), candidates_.size(), -1, false};
+}
+
+llama_token Generation::pick(llama_token_data_array& arr) {
   llama_sampler_apply(sampler_.get(), &arr);
   if (arr.selected < 0 || static_cast<size_t>(arr.selected) >= arr.size) throw Error("the sampler chain picked no token");
   const llama_token t = arr.data[arr.selected].id;
-  llama_sampler_accept(sampler_.get(), t);
-  note_drawn(arr, t);
+  if (post_sampling_) note_drawn(arr, t);
   return t;
+}
+
+void Generation::note_certain(llama_token t) {
+  sampled_ = TokenLogprob{t, 0.0f, {}};
+  if (n_logprobs_ > 0) sampled_.top.emplace_back(t, 0.0f);
 }
 
 // The chain's last sampler (dist) leaves each candidate's probability in p,
@@ -90,8 +101,7 @@ void Generation::note_drawn(const llama_token_data_array& arr, llama_token t) {
     if (arr.data[i].p > 0.0f) order_.push_back(static_cast<int32_t>(i));
   }
   if (order_.empty()) {
-    sampled_ = TokenLogprob{t, 0.0f, {}};
-    if (n_logprobs_ > 0) sampled_.top.emplace_back(t, 0.0f);
+    note_certain(t);
     return;
   }
   sampled_ = TokenLogprob{t, -INFINITY, {}};
@@ -134,25 +144,14 @@ std::vector<TokenLogprob> Generation::take_logprobs() {
 // of the vocabulary; a model that mostly writes what the grammar allows (a
 // trained one) pays it rarely, random weights nearly every step.
 llama_token Generation::sample_with_grammar(const float* logits) {
-  auto fill = [&] {
-    candidates_.resize(static_cast<size_t>(n_vocab_));
-    for (int32_t i = 0; i < n_vocab_; ++i) candidates_[static_cast<size_t>(i)] = {i, logits[i], 0.0f};
-    return llama_token_data_array{candidates_.data(), candidates_.size(), -1, false};
-  };
-  auto pick = [&](llama_token_data_array& arr) {
-    llama_sampler_apply(sampler_.get(), &arr);
-    if (arr.selected < 0 || static_cast<size_t>(arr.selected) >= arr.size) throw Error("the sampler chain picked no token");
-    if (post_sampling_) note_drawn(arr, arr.data[arr.selected].id);
-    return arr.data[arr.selected].id;
-  };
   try {
-    llama_token_data_array arr = fill();
+    llama_token_data_array arr = fill(logits);
     llama_token t = pick(arr);
     llama_token_data one{t, 1.0f, 0.0f};
     llama_token_data_array single{&one, 1, -1, false};
     llama_sampler_apply(grammar_.get(), &single);
     if (std::isinf(one.logit) && one.logit < 0) {
-      arr = fill();
+      arr = fill(logits);
       mask_with_grammar(arr);
       t = pick(arr);
     }

@@ -87,6 +87,12 @@ class Generation {
   void note_drawn(const llama_token_data_array& arr, llama_token t);
   // The chain's draw from the logits, its candidates kept (post_sampling).
   llama_token draw(const float* logits);
+  // The logits as llama.cpp's candidate array (in candidates_), and the
+  // chain's pick from it, noted when post_sampling.
+  llama_token_data_array fill(const float* logits);
+  llama_token pick(llama_token_data_array& arr);
+  // A token drawn for certain (greedy): probability 1, alone.
+  void note_certain(llama_token t);
   TextStream stream_;
   Clock::time_point start_ = Clock::now(), prompt_done_ = start_;
 };

@@ -118,10 +118,12 @@ class NativeAnswer : public Answer {
   }
 
   std::string progress(const PromptProgress& p) override {
-    json chunk = {{"index", 0},           {"content", ""},           {"stop", false}, {"id_slot", -1},
-                  {"tokens_predicted", 0}, {"tokens_evaluated", p.total}, {"prompt_progress", progress_json(p)}};
-    if (req_.timings_per_token) chunk["timings"] = timings_json(p);
-    return sse(chunk);
+    json c = chunk("", nullptr);
+    c["tokens_predicted"] = 0;
+    c["tokens_evaluated"] = p.total;
+    c["prompt_progress"] = progress_json(p);
+    if (req_.timings_per_token) c["timings"] = timings_json(p);
+    return sse(c);
   }
 
   std::string delta(const ChatDelta& d, const json& logprobs) override { return text(d.content, logprobs); }

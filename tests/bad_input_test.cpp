@@ -33,7 +33,8 @@ std::vector<Bad> corpus() {
     out.push_back({"body " + b.substr(0, 24), chat_path, b});
     out.push_back({"body " + b.substr(0, 24), "/v1/models/load", b});
     for (const char* path : {"/tokenize", "/detokenize", "/apply-template", "/v1/messages", "/v1/messages/count_tokens", "/v1/responses",
-                             "/completion", "/rerank", "/v1/chat/completions/input_tokens", "/v1/responses/input_tokens"}) {
+                             "/completion", "/rerank", "/v1/chat/completions/input_tokens", "/v1/responses/input_tokens",
+                             "/models/load", "/models/unload", "/models", "/v1/streams/lookup"}) {
       out.push_back({"body " + b.substr(0, 24), path, b});
     }
   }
@@ -162,6 +163,12 @@ std::vector<Bad> corpus() {
   field("/v1/models/unload", json{{"model", "bpe"}}, "model", {1, "nope", "a/b"});
   field("/v1/models/unload", json{{"model", "bpe"}}, "mode", {"later", 1, json::array()});
   field("/v1/models/unload", json{{"model", "bpe"}}, "timeout", {"soon", 1e300, json::object()});
+  // llama-server's router's and its resumable streams'.
+  field("/models/load", json{{"model", "bpe"}}, "model", {1, nullptr, "nope", "../x", ""});
+  field("/models/unload", json{{"model", "bpe"}}, "model", {1, nullptr, "nope", "../x"});
+  field("/models", json{{"model", "x/y"}}, "model", {1, nullptr, "", "a/b/c/d", json::array()});
+  field("/models", json{{"model", "x/y"}}, "insecure", {"yes", 1, true});
+  field("/v1/streams/lookup", json{{"conversation_ids", json::array()}}, "conversation_ids", {"x", 1, json::array({1})});
   return out;
 }
 

@@ -9,6 +9,9 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
+#include <mutex>
+#include <thread>
 
 #include "fake_registry.h"
 #include "served.h"
@@ -254,4 +257,157 @@ TEST(Pull, CtrlCKeepsAResumablePartAndAModelTooLargeForTheDiskIsRefusedFirst) {
   EXPECT_NE(refused.out.find("' needs 1024"), std::string::npos) << refused.out;
   EXPECT_NE(refused.out.find("free"), std::string::npos) << refused.out;
   EXPECT_FALSE(std::filesystem::exists(store + "/blobs/sha256-" + std::string(64, 'a') + "-partial"));
+}
+
+namespace {
+
+// GET /models/sse read on a thread of its own: each event's JSON as it comes.
+class EventListener {
+ public:
+  explicit EventListener(int port) : client_("127.0.0.1", port) {
+    client_.set_read_timeout(120, 0);
+    thread_ = std::thread([this] {
+      std::string partial;
+      (void)client_.Get(
+          "/models/sse",
+          [this](const httplib::Response& r) {
+            std::lock_guard lock(mu_);
+            status_ = r.status;
+            return true;
+          },
+          [this, &partial](const char* data, size_t n) {
+            partial.append(data, n);
+            for (size_t end; (end = partial.find("\n\n")) != std::string::npos; partial.erase(0, end + 2)) {
+              const std::string block = partial.substr(0, end);
+              if (block.rfind("data: ", 0) != 0) continue;  // a ping
+              std::lock_guard lock(mu_);
+              events_.push_back(json::parse(block.substr(6)));
+            }
+            return true;
+          });
+    });
+  }
+  ~EventListener() {
+    client_.stop();
+    thread_.join();
+  }
+  bool connected() {
+    std::lock_guard lock(mu_);
+    return status_ == 200;
+  }
+  // The first event `name` of `model` whose data matches `pred`, or null.
+  json find(const std::string& model, const std::string& name, const std::function<bool(const json&)>& pred = nullptr) {
+    std::lock_guard lock(mu_);
+    for (const json& e : events_) {
+      if (e["model"] == model && e["event"] == name && (!pred || pred(e.value("data", json())))) return e;
+    }
+    return nullptr;
+  }
+
+ private:
+  httplib::Client client_;
+  std::mutex mu_;
+  int status_ = 0;
+  std::vector<json> events_;
+  std::thread thread_;
+};
+
+}  // namespace
+
+// llama-server's router's model API, as its web UI drives it: POST /models
+// pulls in the background with its progress and end on GET /models/sse;
+// /models/load and /models/unload answer at once and the model's state
+// follows on the events and in GET /models' `status`; DELETE /models?model=
+// removes what was pulled and nothing else.
+TEST(Pull, TheRoutersModelApiPullsLoadsUnloadsAndDeletesWithItsEvents) {
+  FakeRegistry reg;
+  const std::string model = read_bytes(spm());
+  reg.add_model("library/tiny:latest", {{"model", model}});
+  const std::string store = temp_path("pulled-router");
+  ::setenv("RECLAIM_MODELS", store.c_str(), 1);
+  Served s({"-m", bpe() + ":bpe", "--allow-insecure-pull"}, false);
+  const std::string name = reg.host() + "/library/tiny:latest";
+  auto status_of = [&s](const std::string& id) -> std::string {
+    const json list = s.get("/models");
+    for (const json& m : list["data"]) {
+      if (m["id"] == id) return m["status"]["value"];
+    }
+    return "absent";
+  };
+  {
+    EventListener events(s.port());
+    ASSERT_TRUE(s.until([&] { return events.connected(); }));
+
+    auto pulled = s.post("/models", {{"model", name}, {"insecure", true}});
+    ASSERT_TRUE(pulled);
+    ASSERT_EQ(pulled->status, 200) << pulled->body;
+    EXPECT_EQ(json::parse(pulled->body)["success"], true);
+    ASSERT_TRUE(s.until([&] { return !events.find(name, "download_finished").is_null(); }, 60)) << s.log();
+    const std::string layer = "sha256:" + sha256_hex(model);
+    EXPECT_FALSE(events.find(name, "download_progress", [&](const json& d) {
+                         return d["progress"].contains(layer) && d["progress"][layer]["done"] == model.size() &&
+                                d["progress"][layer]["total"] == model.size();
+                       }).is_null());
+    // Served once it is said to be there.
+    EXPECT_EQ(status_of(name), "unloaded");
+    auto again = s.post("/models", {{"model", name}, {"insecure", true}});
+    ASSERT_TRUE(again);
+    EXPECT_EQ(again->status, 400) << again->body;
+
+    auto load = s.post("/models/load", {{"model", name}});
+    ASSERT_TRUE(load);
+    ASSERT_EQ(load->status, 200) << load->body;
+    EXPECT_EQ(json::parse(load->body)["success"], true);
+    ASSERT_TRUE(s.until([&] { return status_of(name) == "loaded"; })) << s.log();
+    auto has_status = [](const char* v) { return [v](const json& d) { return d["status"] == v; }; };
+    ASSERT_TRUE(s.until([&] { return !events.find(name, "status_change", has_status("loaded")).is_null(); }));
+    auto twice = s.post("/models/load", {{"model", name}});
+    ASSERT_TRUE(twice);
+    EXPECT_EQ(twice->status, 400) << twice->body;
+
+    auto unload = s.post("/models/unload", {{"model", name}});
+    ASSERT_TRUE(unload);
+    ASSERT_EQ(unload->status, 200) << unload->body;
+    ASSERT_TRUE(s.until([&] { return status_of(name) == "unloaded"; }));
+    ASSERT_TRUE(s.until([&] { return !events.find(name, "status_change", has_status("unloaded")).is_null(); }));
+    auto not_loaded = s.post("/models/unload", {{"model", name}});
+    ASSERT_TRUE(not_loaded);
+    EXPECT_EQ(not_loaded->status, 400) << not_loaded->body;
+
+    // A model the registry does not have: its failure on the events.
+    const std::string missing = reg.host() + "/library/missing:latest";
+    auto failing = s.post("/models", {{"model", missing}, {"insecure", true}});
+    ASSERT_TRUE(failing);
+    ASSERT_EQ(failing->status, 200) << failing->body;
+    ASSERT_TRUE(s.until([&] { return !events.find(missing, "download_failed").is_null(); }, 60)) << s.log();
+    EXPECT_NE(events.find(missing, "download_failed")["data"].value("error", "").find("is not a model"), std::string::npos);
+  }
+
+  auto del = s.http().Delete(("/models?model=" + name).c_str());
+  ASSERT_TRUE(del);
+  ASSERT_EQ(del->status, 200) << del->body;
+  EXPECT_EQ(json::parse(del->body)["success"], true);
+  EXPECT_EQ(status_of(name), "absent");
+  EXPECT_FALSE(std::filesystem::exists(store + "/manifests/" + reg.host() + "/library/tiny/latest"));
+  EXPECT_EQ(files_under(store + "/blobs"), std::vector<std::string>{});
+  // Gone, not pulled, not named: each refused as what it is.
+  auto gone = s.http().Delete(("/models?model=" + name).c_str());
+  ASSERT_TRUE(gone);
+  EXPECT_EQ(gone->status, 404) << gone->body;
+  auto mine = s.http().Delete("/models?model=bpe");
+  ASSERT_TRUE(mine);
+  EXPECT_EQ(mine->status, 400) << mine->body;
+  EXPECT_TRUE(std::filesystem::exists(bpe()));
+  auto unnamed = s.http().Delete("/models");
+  ASSERT_TRUE(unnamed);
+  EXPECT_EQ(unnamed->status, 400) << unnamed->body;
+  // Plain HTTP only where the operator allows it.
+  {
+    Served strict({"-m", bpe() + ":bpe"}, false);
+    auto refused = strict.post("/models", {{"model", name}, {"insecure", true}});
+    ASSERT_TRUE(refused);
+    EXPECT_EQ(refused->status, 400) << refused->body;
+    strict.expect_clean();
+  }
+  s.expect_clean();
 }

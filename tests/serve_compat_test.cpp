@@ -581,3 +581,65 @@ TEST(ServeCompat, NChoicesAreNGenerationsEachAsItsOwnRequestWithTheNextSeedWould
   expect_error(s.post("/v1/chat/completions", with(body, {{"n", 9}})), 400, "1 to 8");
   s.expect_clean();
 }
+
+// llama-server's resumable streams: a stream whose request names its
+// conversation (X-Conversation-Id) is kept as it is sent, replayed from any
+// byte, and runs to its end when its client leaves; DELETE stops it and
+// forgets it.
+TEST(ServeCompat, AConversationsStreamIsReplayedFromAnyByteAndOutlivesItsClient) {
+  Served s;
+  const httplib::Headers conv = {{"X-Conversation-Id", "conv-1::bpe"}};
+  auto sent = s.http().Post("/v1/chat/completions", conv, chat(12, true).dump(), "application/json");
+  ASSERT_TRUE(sent);
+  ASSERT_EQ(sent->status, 200) << sent->body;
+  const std::string body = sent->body;
+  ASSERT_NE(body.find("data: [DONE]"), std::string::npos) << body;
+
+  auto replay = s.http().Get("/v1/stream?conv_id=conv-1%3A%3Abpe&from=0");
+  ASSERT_TRUE(replay);
+  EXPECT_EQ(replay->status, 200);
+  EXPECT_EQ(replay->body, body);
+  auto tail = s.http().Get("/v1/stream?conv_id=conv-1%3A%3Abpe&from=10");
+  ASSERT_TRUE(tail);
+  EXPECT_EQ(tail->body, body.substr(10));
+  // Found by its own id and by the conversation's, once; another's is not.
+  const json found = s.post_json("/v1/streams/lookup", {{"conversation_ids", {"conv-1", "conv-1::bpe", "conv-2"}}});
+  ASSERT_EQ(found.size(), 1u) << found.dump();
+  EXPECT_EQ(found[0]["conversation_id"], "conv-1::bpe");
+  EXPECT_EQ(found[0]["is_done"], true);
+  EXPECT_EQ(found[0]["total_bytes"], body.size());
+
+  // A client that leaves after its first chunk: the request runs on, and
+  // its whole stream is there to replay.
+  leave_after_first_chunk(s.port(), chat(48, true), "/v1/chat/completions", "data: ", "X-Conversation-Id: conv-2\r\n");
+  std::string whole;
+  ASSERT_TRUE(s.until([&] {
+    auto r = s.http().Get("/v1/stream?conv_id=conv-2&from=0");
+    if (!r || r->status != 200) return false;
+    whole = r->body;
+    return whole.find("data: [DONE]") != std::string::npos;
+  })) << whole;
+  EXPECT_NE(whole.find("\"finish_reason\":\"length\""), std::string::npos) << whole;
+  EXPECT_NE(whole.find("\"predicted_n\":48"), std::string::npos) << whole;
+
+  // Stopped: gone, whatever is asked of it after; and each mistake named.
+  auto stop = s.http().Delete("/v1/stream?conv_id=conv-1%3A%3Abpe");
+  ASSERT_TRUE(stop);
+  EXPECT_EQ(stop->status, 204);
+  expect_error(s.http().Get("/v1/stream?conv_id=conv-1%3A%3Abpe&from=0"), 404, "no stream of conversation");
+  auto again = s.http().Delete("/v1/stream?conv_id=conv-1%3A%3Abpe");
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->status, 204);
+  expect_error(s.http().Get("/v1/stream?from=0"), 400, "conv_id");
+  expect_error(s.http().Get("/v1/stream?conv_id=conv-2&from=x"), 400, "from");
+  expect_error(s.post("/v1/streams/lookup", {{"conversation_ids", "conv-2"}}), 400, "array");
+  // A request refused before its stream starts leaves no session behind.
+  auto refused = s.http().Post("/v1/chat/completions", {{"X-Conversation-Id", "conv-3"}},
+                               json{{"model", "nope"}, {"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"stream", true}}.dump(),
+                               "application/json");
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 404) << refused->body;
+  expect_error(s.http().Get("/v1/stream?conv_id=conv-3"), 404, "no stream of conversation");
+  (void)s.http().Delete("/v1/stream?conv_id=conv-2");
+  s.expect_clean();
+}

@@ -220,8 +220,9 @@ inline void expect_error(const httplib::Result& r, int status, const std::string
 // Posts a streamed request on a raw socket, reads up to its first SSE chunk
 // and closes the connection, as a client that goes away does.
 // `mark`: what the first chunk holds (an SSE event's; an NDJSON line's).
+// `headers`: more header lines, each ending in \r\n.
 inline void leave_after_first_chunk(int port, const json& request, const std::string& path = "/v1/chat/completions",
-                                    const std::string& mark = "data: ") {
+                                    const std::string& mark = "data: ", const std::string& headers = "") {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   ASSERT_GE(fd, 0);
   sockaddr_in addr{};
@@ -230,8 +231,8 @@ inline void leave_after_first_chunk(int port, const json& request, const std::st
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
   const std::string body = request.dump();
-  const std::string req = "POST " + path + " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
-                          std::to_string(body.size()) + "\r\n\r\n" + body;
+  const std::string req = "POST " + path + " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + headers +
+                          "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
   ASSERT_EQ(::send(fd, req.data(), req.size(), 0), static_cast<ssize_t>(req.size()));
   std::string got;
   char buf[4096];

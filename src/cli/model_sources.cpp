@@ -141,11 +141,11 @@ bool ModelSources::can_grow() const {
 
 void ModelSources::include(const Store& store) {
   std::lock_guard lock(mu_);
+  now_.stores_stamp.clear();  // the next rescan reads them
   for (const Store& s : stores_) {
     if (s.kind == store.kind && s.root == store.root) return;
   }
   stores_.push_back(store);
-  now_.stores_stamp.clear();  // the next rescan reads it
 }
 
 ModelSources::Read ModelSources::read_changing(const std::vector<ModelSpec>* config) const {

@@ -45,7 +45,9 @@ class ModelSources {
   // Whether a folder or a store may gain models while the server runs.
   bool can_grow() const;
   // A store read from now on too (the pulled store, once a pull put models
-  // there), unless it is read already.
+  // there), unless it is read already; either way the next rescan reads
+  // the stores at once, whenever the last one did (a pull or a delete has
+  // just changed it).
   void include(const Store& store);
 
   // SIGHUP: the file, the folder and the stores again. Throws, keeping the

@@ -433,7 +433,7 @@ Command add_serve(CLI::App& app) {
                   "(llama-server's --cache-ram), within what --memory-budget leaves; 0: none")
       ->capture_default_str();
   sub->add_option("--max-loaded", a->max_loaded, "models loaded at once at most (0: no limit)")->capture_default_str();
-  sub->add_flag("--no-autoload", a->no_autoload, "refuse requests for unloaded models instead of loading them");
+  sub->add_flag("--no-autoload", a->no_autoload, "refuse requests for unloaded models (400 model_not_loaded) instead of loading them");
   sub->add_option("--pin", a->pins, "never evict or expire this model (repeatable)")->take_all();
   sub->add_option("--preload", a->preload, "load this model at start-up (repeatable)")->take_all();
   sub->add_option("--unload-timeout", a->unload_timeout, "how long a drain waits before it cancels")->capture_default_str();

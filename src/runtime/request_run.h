@@ -78,6 +78,9 @@ class RequestRun {
   // client has gone, or by the handler.
   CancelToken& cancel() { return cancel_; }
   const CancelToken& cancel() const { return cancel_; }
+  // Whom the run answers from now on: a run whose answer outlives its
+  // connection (a resumable stream) is wanted as long as its session is.
+  void set_client_here(std::function<bool()> client_here) { client_here_ = std::move(client_here); }
   // Between decode steps: cancels the run if its client has gone.
   void tick();
   // Whether the client has gone, by the transport or by a failed write

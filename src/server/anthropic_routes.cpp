@@ -15,7 +15,7 @@ using nlohmann::json;
 void Server::anthropic_messages(const httplib::Request& req, httplib::Response& res) {
   in_run([&](std::shared_ptr<RequestRun> run) {
     const json body = with_default_model(anthropic_chat_body(parse_object(req.body), false));
-    complete(res,
+    complete(req, res,
              {named_model(body), [&body](const json& defaults) { return parse_completion_request(body, true, defaults); },
               anthropic_answer},
              std::move(run));

@@ -26,6 +26,7 @@
 #include <optional>
 #include <set>
 
+#include "core/defer.h"
 #include "engine/batcher.h"
 #include "engine/chat.h"
 #include "engine/generate.h"
@@ -58,6 +59,11 @@ struct Running {
   bool jinja = true;          // the model's own setting, else --no-jinja's
   ChatReader reader;          // a chat's reply, read by its template's format
   std::unique_ptr<Answer> answer;  // the reply in its API's shapes
+  // A resumable stream's session (server/stream_sessions.h), written as
+  // the client is; the run goes on without the client while it is kept.
+  std::shared_ptr<StreamSession> session;
+  StreamSessions* sessions = nullptr;
+  bool streamed = false;  // the stream's body ran
 };
 
 // Once a model name: that a model without a template of its own is served
@@ -292,11 +298,17 @@ void answer_whole(httplib::Response& res, Running& run) {
 // text (a chat's parser may hold text back a while).
 class Stream {
  public:
-  Stream(Running& run, httplib::DataSink& sink)
-      : run_(run), sink_(sink), answer_(*run.answer), request_(*run.request) {}
+  // `sink` null: a resumable stream whose client left before its headers,
+  // written to its session alone.
+  Stream(Running& run, httplib::DataSink* sink)
+      : run_(run), sink_(sink), answer_(*run.answer), request_(*run.request), gone_(sink == nullptr) {}
 
   // The whole body; false where the client left (httplib ends it).
   bool run(Millis keepalive) {
+    run_.streamed = true;
+    Defer finished([this] {
+      if (run_.session) run_.sessions->finish(*run_.session);
+    });
     GenerateResult r;
     try {
       if (!request_.held()) hold(keepalive);
@@ -316,8 +328,7 @@ class Stream {
       send_deltas(rest);
     }
     write(answer_.end(r, reply ? &*reply : nullptr, pending_.empty() ? json(nullptr) : take_logprobs()));
-    sink_.done();
-    return true;
+    return done();
   }
 
  private:
@@ -336,20 +347,29 @@ class Stream {
   }
 
   // A failed write means the client is gone: the request stops before its
-  // next decode step. (A request cancelled by an unload still writes its end.)
+  // next decode step, unless its session keeps it. (A request cancelled by
+  // an unload still writes its end.)
   void write(const std::string& data) {
-    if (gone_ || data.empty()) return;
-    if (!sink_.write(data.data(), data.size())) {
+    if (data.empty()) return;
+    if (run_.session) run_.session->append(data);
+    if (gone_) return;
+    if (!sink_->write(data.data(), data.size())) {
       gone_ = true;
-      request_.client_left();
+      if (!run_.session) request_.client_left();
     }
+  }
+
+  // The body's end: false where the client has gone (httplib closes).
+  bool done() {
+    if (gone_) return false;
+    sink_->done();
+    return true;
   }
 
   bool fail(const std::exception& ex) {
     request_.fail();
     write(answer_.stream_error(to_api_error(ex)));
-    sink_.done();
-    return true;
+    return done();
   }
 
   GenerateHooks hooks() {
@@ -383,7 +403,7 @@ class Stream {
   }
 
   Running& run_;
-  httplib::DataSink& sink_;
+  httplib::DataSink* sink_;
   Answer& answer_;
   RequestRun& request_;
   bool gone_ = false;
@@ -413,7 +433,8 @@ ModelSettings Server::settings_of(const std::string& model) {
   return registry_.settings(model);
 }
 
-void Server::complete(httplib::Response& res, const CompletionCall& call, std::shared_ptr<RequestRun> request) {
+void Server::complete(const httplib::Request& http_req, httplib::Response& res, const CompletionCall& call,
+                      std::shared_ptr<RequestRun> request) {
   auto run = std::make_shared<Running>();
   run->request = std::move(request);
   // The model's own settings: its template, and the fields a request that
@@ -437,6 +458,32 @@ void Server::complete(httplib::Response& res, const CompletionCall& call, std::s
     return;
   }
 
+  // A conversation's stream is resumable: its session is there from now
+  // (a resume while the model loads is told to retry), and it goes where
+  // the request is refused before its stream starts.
+  const std::string conversation = http_req.get_header_value("X-Conversation-Id");
+  if (!conversation.empty()) {
+    if (conversation.size() > 256) bad_field("X-Conversation-Id", "the X-Conversation-Id header must be at most 256 bytes");
+    run->session = sessions_->open(conversation);
+    if (!run->session) {
+      throw ApiException(ApiError{429, "rate_limit_error", "too_many_streams",
+                                  "already " + std::to_string(StreamSessions::kMaxSessions) +
+                                      " resumable streams are running; try again when one ends",
+                                  5});
+    }
+    run->sessions = sessions_.get();
+    run->request->set_client_here([session = run->session] { return !session->cancelled(); });
+  }
+  Defer refused([&] {
+    if (run->session) sessions_->forget(conversation, run->session.get());
+  });
+  // A stream stopped (DELETE /v1/stream) before it started is refused so.
+  auto stopped = [&] {
+    if (run->session && run->session->cancelled()) {
+      throw ApiException(ApiError{400, "invalid_request_error", "cancelled",
+                                  "the stream was cancelled (DELETE /v1/stream) before it started", 0});
+    }
+  };
   // What is wrong with the request is a status, not an event in a stream,
   // whenever its model is held within --stream-hold: at once where it is
   // ready, or after a load (its own, which is never cut short, or another's
@@ -446,24 +493,28 @@ void Server::complete(httplib::Response& res, const CompletionCall& call, std::s
   try {
     if (run->request->hold_now(run->req.model, run->keep_alive) ||
         run->request->hold_until(run->req.model, run->keep_alive, std::chrono::steady_clock::now() + options_.stream_hold)) {
+      stopped();
       prepare(*run);
       run->answer->held();
     }
   } catch (const ClientGone&) {
+    stopped();
     return;  // nobody to answer; the run is counted so
   }
+  std::move(refused).cancel();
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");  // nginx: pass each event on as it comes
+  const Millis keepalive = options_.stream_keepalive;
   res.set_chunked_content_provider(
       run->answer->stream_type(),
-      [run, keepalive = options_.stream_keepalive](size_t, httplib::DataSink& sink) {
-        return Stream(*run, sink).run(keepalive);
-      },
+      [run, keepalive](size_t, httplib::DataSink& sink) { return Stream(*run, &sink).run(keepalive); },
       // The lease goes with the response, whether or not the stream ran. A
       // stream that did not run to its end without a word of why lost its
-      // client (httplib could not write it).
-      [run](bool done) {
-        if (!done) run->request->client_left();
+      // client (httplib could not write it); a resumable one runs to its
+      // end for its session all the same.
+      [run, keepalive](bool done) {
+        if (!done && run->session && !run->streamed) (void)Stream(*run, nullptr).run(keepalive);
+        if (!done && !run->session) run->request->client_left();
         run->request->release();
       });
 }
@@ -507,7 +558,7 @@ json Server::with_default_model(json body) const {
 void Server::completions(const httplib::Request& req, httplib::Response& res) {
   in_run([&](std::shared_ptr<RequestRun> run) {
     const json body = openai_body(req);
-    complete(res,
+    complete(req, res,
              {named_model(body), [&body](const json& defaults) { return parse_completion_request(body, false, defaults); },
               openai_answer},
              std::move(run));
@@ -570,7 +621,7 @@ Server::CompletionCall Server::native_call(json& body, std::optional<InfillInput
 void Server::native_completion(const httplib::Request& req, httplib::Response& res) {
   in_run([&](std::shared_ptr<RequestRun> run) {
     json body = openai_body(req);
-    complete(res, native_call(body, std::nullopt), std::move(run));
+    complete(req, res, native_call(body, std::nullopt), std::move(run));
   });
 }
 
@@ -582,7 +633,7 @@ void Server::infill(const httplib::Request& req, httplib::Response& res) {
     InfillInput input = parse_infill(body);
     if (!has_field(body, "prompt")) body["prompt"] = "";
     if (!body["prompt"].is_string()) bad_field("prompt", "'prompt' must be a string");
-    complete(res, native_call(body, std::move(input)), std::move(run));
+    complete(req, res, native_call(body, std::move(input)), std::move(run));
   });
 }
 
@@ -608,7 +659,7 @@ std::vector<llama_token> Server::render_only(std::shared_ptr<RequestRun> request
 void Server::chat_completions(const httplib::Request& req, httplib::Response& res) {
   in_run([&](std::shared_ptr<RequestRun> run) {
     const json body = openai_body(req);
-    complete(res,
+    complete(req, res,
              {named_model(body), [&body](const json& defaults) { return parse_completion_request(body, true, defaults); },
               openai_answer},
              std::move(run));

@@ -6,6 +6,7 @@
 #include "engine/generate.h"
 #include "engine/owners.h"
 #include "runtime/registry.h"
+#include "runtime/stores/pull.h"
 
 namespace reclaim::server {
 
@@ -21,7 +22,9 @@ ApiError to_api_error(const std::exception& ex) {
   if (dynamic_cast<const BadModelName*>(&ex)) return {400, "invalid_request_error", "invalid_model", m, 0};
   if (dynamic_cast<const UnknownModel*>(&ex)) return {404, "invalid_request_error", "model_not_found", m, 0};
   if (dynamic_cast<const NoRoom*>(&ex)) return {503, "server_error", "insufficient_memory", m, 10};
-  if (dynamic_cast<const NotLoaded*>(&ex)) return {503, "server_error", "model_not_loaded", m, 5};
+  // Only under --no-autoload: waiting does not load it, so not a 503 that
+  // clients would retry (llama-server's router answers 400 too).
+  if (dynamic_cast<const NotLoaded*>(&ex)) return {400, "invalid_request_error", "model_not_loaded", m, 0};
   if (dynamic_cast<const QueueFull*>(&ex)) return {429, "rate_limit_error", "queue_full", m, 1};
   if (dynamic_cast<const QueueTimeout*>(&ex)) return {503, "server_error", "queue_timeout", m, 5};
   // nginx's word for it; nobody reads it.
@@ -38,6 +41,15 @@ ApiError to_api_error(const std::exception& ex) {
   if (auto* c = dynamic_cast<const ChatError*>(&ex)) return {400, "invalid_request_error", "invalid_chat", m, 0, c->param()};
   if (dynamic_cast<const BadPrompt*>(&ex)) return {400, "invalid_request_error", "invalid_prompt", m, 0};
   if (dynamic_cast<const GrammarTooCostly*>(&ex)) return {400, "invalid_request_error", "grammar_too_costly", m, 0, "grammar"};
+  if (auto* p = dynamic_cast<const PullError*>(&ex)) {
+    switch (p->kind()) {
+      case PullError::Kind::bad_name: return {400, "invalid_request_error", "invalid_model_name", m, 0};
+      case PullError::Kind::not_found: return {404, "not_found_error", "model_not_found", m, 0};
+      case PullError::Kind::disk: return {507, "server_error", "insufficient_storage", m, 0};
+      case PullError::Kind::interrupted: return {499, "server_error", "cancelled", m, 0};
+      default: return {502, "server_error", "bad_gateway", m, 0};
+    }
+  }
   return {500, "server_error", "", m, 0};
 }
 

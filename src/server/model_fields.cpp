@@ -39,6 +39,13 @@ const std::vector<ModelField>& model_fields() {
       {.key = "created", .value = [](S) -> json { return 0; }},
       {.key = "state", .value = [](S s) -> json { return model_state_name(s.state); }, .unit = U::text,
        .help = "unloaded, loading, loaded or unloading.", .column = "STATE", .width = 10},
+      {.key = "status",
+       .value = [](S s) -> json {
+         json j = {{"value", model_state_name(s.state)}};
+         if (s.state == ModelState::unloaded && !s.last_error.empty()) j["failed"] = true;
+         return j;
+       },
+       .help = "The state as llama-server's router words it: {\"value\"}, with \"failed\" after a load that failed."},
       {.key = "life", .value = [](S s) -> json { return life_name(s.life); }, .unit = U::text,
        .help = "The state as the registry's state machine has it (runtime/model_life.h)."},
       {.key = "loaded", .value = [](S s) -> json { return s.state == ModelState::loaded; }, .unit = U::flag,

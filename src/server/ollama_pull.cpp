@@ -24,16 +24,6 @@ using nlohmann::json;
 
 namespace {
 
-ApiError pull_error(const PullError& e) {
-  switch (e.kind()) {
-    case PullError::Kind::bad_name: return {400, "invalid_request_error", "invalid_model_name", e.what(), 0};
-    case PullError::Kind::not_found: return {404, "not_found_error", "model_not_found", e.what(), 0};
-    case PullError::Kind::disk: return {507, "server_error", "insufficient_storage", e.what(), 0};
-    case PullError::Kind::interrupted: return {499, "server_error", "cancelled", e.what(), 0};
-    default: return {502, "server_error", "bad_gateway", e.what(), 0};
-  }
-}
-
 // Progress as Ollama words it: a layer is "pulling" and its digest's first
 // twelve hex digits.
 json progress_json(const PullProgress& p) {
@@ -54,22 +44,16 @@ void Server::ollama_pull(const httplib::Request& req, httplib::Response& res) {
   if (insecure && !options_.allow_insecure_pull) {
     bad_field("insecure", "insecure pulls (plain HTTP) are off on this server (start it with --allow-insecure-pull)");
   }
-  try {
-    (void)parse_pull_name(name, false);  // a name that is not one is a 400 before any stream
-  } catch (const PullError& e) {
-    throw ApiException(pull_error(e));
-  }
+  (void)parse_pull_name(name, false);  // a name that is not one is a 400 before any stream
   PullOptions o;
   o.store = options_.pulled_store;
   o.insecure = insecure;
   o.hf_short_names = false;  // Ollama's reading of NS/MODEL, which its clients send
   if (!stream) {
     o.cancelled = [this] { return stopping_.load() || Connections::client_gone(); };
-    try {
+    {
       std::lock_guard lock(pull_mu_);
       (void)pull_model(name, o);
-    } catch (const PullError& e) {
-      throw ApiException(pull_error(e));
     }
     if (options_.pulled) options_.pulled();
     res.set_content(json{{"status", "success"}}.dump(), "application/json");
@@ -109,17 +93,17 @@ void Server::ollama_pull(const httplib::Request& req, httplib::Response& res) {
 
 void Server::ollama_delete(const httplib::Request& req, httplib::Response& res) {
   const std::string name = ollama_model(parse_object(req.body));
-  PullName n;
-  try {
-    n = parse_pull_name(name, false);
-  } catch (const PullError& e) {
-    throw ApiException(pull_error(e));
-  }
+  const PullName n = parse_pull_name(name, false);
   const std::string served = stores::ollama_name(n.host, n.ns, n.model, n.tag);
   if (options_.pulled_store.empty() || !std::filesystem::exists(options_.pulled_store + "/manifests/" + n.manifest_path())) {
     throw ApiException(ApiError{404, "not_found_error", "model_not_found",
                                 "model '" + name + "' not found (only what reclaim pulled can be deleted)", 0});
   }
+  remove_pulled(name, served, false);
+  res.status = 200;
+}
+
+void Server::remove_pulled(const std::string& name, const std::string& served, bool hf_short_names) {
   // Under the pull lock: a pull in progress may count these blobs as there.
   std::lock_guard lock(pull_mu_);
   try {
@@ -127,9 +111,8 @@ void Server::ollama_delete(const httplib::Request& req, httplib::Response& res) 
   } catch (const UnknownModel&) {
     // not served (yet): nothing to unload
   }
-  (void)delete_pulled(options_.pulled_store, name, false);
+  (void)delete_pulled(options_.pulled_store, name, hf_short_names);
   if (options_.pulled) options_.pulled();
-  res.status = 200;
 }
 
 }  // namespace reclaim::server

@@ -71,7 +71,7 @@ void Server::ollama_completion(const httplib::Request& req, httplib::Response& r
       ollama_load(*run, res, o.model, o.keep_alive_ms, endpoint == OllamaEndpoint::chat);
       return;
     }
-    complete(res, {o.model, [&o](const json& defaults) { return ollama_completion_request(o, defaults); },
+    complete(req, res, {o.model, [&o](const json& defaults) { return ollama_completion_request(o, defaults); },
                    [endpoint](const CompletionRequest& r) { return ollama_answer(r, endpoint); }},
              std::move(run));
   });

@@ -15,7 +15,7 @@ using nlohmann::json;
 void Server::responses(const httplib::Request& req, httplib::Response& res) {
   in_run([&](std::shared_ptr<RequestRun> run) {
     const json body = with_default_model(responses_chat_body(parse_object(req.body)));
-    complete(res, {named_model(body), [&body](const json& defaults) { return parse_completion_request(body, true, defaults); }, responses_answer},
+    complete(req, res, {named_model(body), [&body](const json& defaults) { return parse_completion_request(body, true, defaults); }, responses_answer},
              std::move(run));
   });
 }

@@ -57,6 +57,16 @@ const std::vector<Server::Route>& Server::route_table() {
       {"POST", "/v1/models/pin", send_error, &Server::pin_model},
       {"POST", "/v1/models/unload", send_error, &Server::unload_model},
       {"GET", "/metrics", send_error, &Server::metrics},
+      // Resumable streams (server/stream_routes.cpp).
+      {"GET", "/v1/stream", send_error, &Server::stream_resume},
+      {"DELETE", "/v1/stream", send_error, &Server::stream_stop},
+      {"POST", "/v1/streams/lookup", send_error, &Server::stream_lookup},
+      // llama-server's router's (server/router_routes.cpp).
+      {"POST", "/models/load", send_error, &Server::router_load},
+      {"POST", "/models/unload", send_error, &Server::router_unload},
+      {"POST", "/models", send_error, &Server::router_download},
+      {"GET", "/models/sse", send_error, &Server::router_events},
+      {"DELETE", "/models", send_error, &Server::router_delete},
       // OpenAI's requests (server/completion.cpp, server/embeddings.cpp).
       {"POST", "/v1/completions", send_error, &Server::completions},
       {"POST", "/v1/chat/completions", send_error, &Server::chat_completions},

@@ -110,6 +110,7 @@ Server::Server(ServerOptions options, Registry& registry)
   };
   http_->new_task_queue = [this] { return new Forward(*this); };
   history_ = std::make_unique<ResourceHistory>(scope_, registry_, options_.history_every, options_.history_samples);
+  sessions_ = std::make_unique<StreamSessions>(scope_);
   http_->set_payload_max_length(options_.max_body);
   // The end of each answer (a stream's included): the connection's next
   // request must come within the read timeout.

@@ -29,6 +29,8 @@
 #include "server/history.h"
 #include "server/ollama.h"
 #include "server/resources.h"
+#include "server/router_events.h"
+#include "server/stream_sessions.h"
 #include "server/metrics.h"
 #include "server/worker_pool.h"
 #include "runtime/registry.h"
@@ -191,6 +193,27 @@ class Server {
   // Ollama's /api/pull and /api/delete (server/ollama_pull.cpp).
   void ollama_pull(const httplib::Request& req, httplib::Response& res);
   void ollama_delete(const httplib::Request& req, httplib::Response& res);
+  // Removes a model reclaim pulled (`name` as the pull read it, served as
+  // `served`) once its requests finish, and serves what is left.
+  void remove_pulled(const std::string& name, const std::string& served, bool hf_short_names);
+  // llama-server's router's model endpoints (server/router_routes.cpp):
+  // POST /models/load and /models/unload, which start the change and
+  // answer at once; POST /models, a pull in the background; GET
+  // /models/sse, the models' states and the pulls as they change; DELETE
+  // /models?model=.
+  void router_load(const httplib::Request& req, httplib::Response& res);
+  void router_unload(const httplib::Request& req, httplib::Response& res);
+  void router_download(const httplib::Request& req, httplib::Response& res);
+  void router_events(const httplib::Request& req, httplib::Response& res);
+  void router_delete(const httplib::Request& req, httplib::Response& res);
+  // Resumable streams (server/stream_sessions.h, server/completion.cpp):
+  // GET /v1/stream?conv_id=&from=, DELETE /v1/stream?conv_id=, POST
+  // /v1/streams/lookup.
+  void stream_resume(const httplib::Request& req, httplib::Response& res);
+  void stream_stop(const httplib::Request& req, httplib::Response& res);
+  void stream_lookup(const httplib::Request& req, httplib::Response& res);
+  // A router pull's work, on a pool thread.
+  void download_in_background(const std::string& name, bool insecure);
   // GET / and the dashboard's files (server/dashboard.cpp).
   void dashboard_index(const httplib::Request& req, httplib::Response& res);
   void dashboard_file(const httplib::Request& req, httplib::Response& res);
@@ -214,7 +237,8 @@ class Server {
   void in_run(const std::function<void(std::shared_ptr<RequestRun>)>& fn);
   // A stream ends later and holds `run` until then (server/completion.cpp).
   // Throws what fails before the reply begins.
-  void complete(httplib::Response& res, const CompletionCall& call, std::shared_ptr<RequestRun> run);
+  // `req`'s X-Conversation-Id makes a stream resumable (server/stream_sessions.h).
+  void complete(const httplib::Request& req, httplib::Response& res, const CompletionCall& call, std::shared_ptr<RequestRun> run);
   // llama-server's /completion and /infill (`infill` set): n_predict, n_probs
   // and return_tokens read from `body`, which must outlive the call.
   static CompletionCall native_call(nlohmann::json& body, std::optional<InfillInput> infill);
@@ -253,8 +277,11 @@ class Server {
   std::unique_ptr<WorkerPool> pool_;
   std::atomic<bool> pool_shut_{false};
   std::unique_ptr<ResourceHistory> history_;
+  std::unique_ptr<StreamSessions> sessions_;
   std::unique_ptr<httplib::Server> http_;
   std::mutex pull_mu_;  // one pull or delete at a time
+  EventRing downloads_;  // the router's pulls' events (server/router_routes.cpp)
+  std::atomic<int> downloads_pending_{0};  // router pulls running or waiting for pull_mu_
   std::atomic<bool> stopping_{false};  // stop() was called: a pull in progress ends
 };
 

@@ -112,8 +112,9 @@ TEST(Serve, EveryThreadOfTheServerIsOnTheLedgerUnderItsOwner) {
     }
     return std::make_pair(by_owner, all);
   };
-  // Idle: the accept loop, the HTTP threads that stay, the watchdog and the
-  // dashboard's history sampler, the reaper, the vetter, once the vetting
+  // Idle: the accept loop, the HTTP threads that stay, the watchdog, the
+  // dashboard's history sampler and the resumable streams' expiry, the
+  // reaper, the vetter, once the vetting
   // start-up began (a thread and two children while it runs) has ended.
   ASSERT_TRUE(s.logged("vetted '" + spm() + "'"));
   ASSERT_TRUE(s.logged("vetted '" + bpe() + "'"));
@@ -122,7 +123,7 @@ TEST(Serve, EveryThreadOfTheServerIsOnTheLedgerUnderItsOwner) {
   EXPECT_EQ(r["vetting"]["running"], false) << r["vetting"].dump();
   auto [idle, idle_all] = threads_on_ledger(r);
   EXPECT_EQ(idle["serve"], 1) << r["ledger"].dump();
-  EXPECT_EQ(idle["http"], 4 + 1 + 1) << r["ledger"].dump();  // and the read-timeout watchdog, the sampler
+  EXPECT_EQ(idle["http"], 4 + 1 + 1 + 1) << r["ledger"].dump();  // and the watchdog, the sampler, the expiry
   EXPECT_EQ(idle["registry"], 1) << r["ledger"].dump();
   EXPECT_EQ(idle["vetter"], 1) << r["ledger"].dump();
   // Every thread the kernel counts is one of those, or the main thread (a

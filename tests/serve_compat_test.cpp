@@ -643,3 +643,30 @@ TEST(ServeCompat, AConversationsStreamIsReplayedFromAnyByteAndOutlivesItsClient)
   (void)s.http().Delete("/v1/stream?conv_id=conv-2");
   s.expect_clean();
 }
+
+// A resumable stream that runs without its client is stopped by DELETE
+// within a decode step, counted as a client that went, and its bytes are
+// gone with it.
+TEST(ServeCompat, AResumableStreamStoppedWhileItRunsEndsAtOnceAndLeavesNothing) {
+  Served s({"--threads", "1", "--ctx", "4096"});
+  auto metrics = [&] {
+    auto m = s.http().Get("/metrics");
+    return m ? m->body : std::string();
+  };
+  json endless = chat(8, true);
+  endless.erase("max_tokens");  // to the end of its 4,096 positions: seconds at least
+  leave_after_first_chunk(s.port(), endless, "/v1/chat/completions", "data: ", "X-Conversation-Id: endless\r\n");
+  ASSERT_TRUE(s.until([&] { return s.model("bpe")["in_flight"] == 1; }));
+  EXPECT_EQ(metric(metrics(), "reclaim_resumable_streams"), 1);
+  EXPECT_GT(metric(metrics(), "reclaim_resumable_stream_bytes"), 0);
+  auto stop = s.http().Delete("/v1/stream?conv_id=endless");
+  ASSERT_TRUE(stop);
+  EXPECT_EQ(stop->status, 204);
+  ASSERT_TRUE(s.until([&] { return s.model("bpe")["in_flight"] == 0; }, 10));
+  const std::string m = metrics();
+  EXPECT_EQ(metric(m, "reclaim_requests_total{outcome=\"client_gone\"}"), 1) << m;
+  EXPECT_EQ(metric(m, "reclaim_resumable_streams"), 0);
+  EXPECT_EQ(metric(m, "reclaim_resumable_stream_bytes"), 0);
+  expect_error(s.http().Get("/v1/stream?conv_id=endless&from=0"), 404, "no stream of conversation");
+  s.expect_clean();
+}

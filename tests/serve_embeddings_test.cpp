@@ -226,4 +226,7 @@ TEST(ServeEmbeddings, AModelsPoolingIsItsSettingOverItsFiles) {
   const Result bad = run("serve --port 0 --config " + path);
   EXPECT_EQ(bad.status, 2) << bad.out;
   EXPECT_NE(bad.out.find("models.odd.pooling: must be none, mean, cls, last or rank"), std::string::npos) << bad.out;
+  const Result flag = run("serve --port 0 --pooling sum -m " + bpe());
+  EXPECT_EQ(flag.status, 2) << flag.out;
+  EXPECT_NE(flag.out.find("--pooling: must be none, mean, cls, last or rank"), std::string::npos) << flag.out;
 }

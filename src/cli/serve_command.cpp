@@ -27,6 +27,7 @@
 #include "core/size.h"
 #include "engine/chat.h"
 #include "engine/devices.h"
+#include "engine/embed.h"
 #include "engine/llama_runtime.h"
 #include "engine/test_model.h"
 #include "runtime/registry.h"
@@ -458,8 +459,10 @@ Command add_serve(CLI::App& app) {
   sub->add_option("--ctx", a->ctx, "context size of each request")->capture_default_str()->check(CLI::Range(16, 1 << 24));
   sub->add_option("--batch", a->batch, "prompt tokens per decode step")->capture_default_str()->check(CLI::Range(1, 1 << 20));
   sub->add_option("--threads", a->threads, "decode threads a model (0: all cores)")->capture_default_str();
-  sub->add_option("--pooling", a->pooling, "how embeddings pool each model's outputs, over what its file says: none, mean, cls, last or rank")
-      ->check(CLI::IsMember({"none", "mean", "cls", "last", "rank"}));
+  sub->add_option("--pooling", a->pooling, std::string("how embeddings pool each model's outputs, over what its file says: ") + kPoolingNames)
+      ->check(CLI::Validator(
+          [](const std::string& v) { return pooling_from_name(v) ? std::string() : std::string("must be ") + kPoolingNames; },
+          "POOLING"));
   sub->add_option("--gpu-layers", a->gpu_layers, "layers of each model on the accelerator (-1: all, where there is one; 0: none)")
       ->capture_default_str()->check(CLI::Range(-1, 100000));
   sub->add_option("--parallel", a->parallel, "requests a model decodes together, each in a sequence of --ctx tokens of one context")->capture_default_str()

@@ -8,7 +8,6 @@
 
 #include <cstdint>
 #include <functional>
-#include <string>
 #include <optional>
 #include <string>
 #include <vector>

@@ -297,8 +297,6 @@ std::vector<ggml_tensor*> add_tensors(ggml_context* meta, gguf_context* g, const
   return tensors;
 }
 
-// Each tensor's random weights (norms: ones), row by row in its type, padded
-// to the file's alignment.
 // A block's output projection at or past `zero_from`: zeros, so that the
 // block adds nothing (TestModelSpec::zero_layers_from).
 bool zeroed(const char* name, int64_t zero_from) {
@@ -310,6 +308,8 @@ bool zeroed(const char* name, int64_t zero_from) {
   return layer >= zero_from && (w == "attn_output.weight" || w == "ffn_down.weight");
 }
 
+// Each tensor's random weights (norms: ones; zeroed() ones: zeros), row by
+// row in its type, padded to the file's alignment.
 void write_weights(std::FILE* f, const std::string& tmp, const std::vector<ggml_tensor*>& tensors, size_t align,
                    uint64_t seed, int64_t zero_from) {
   std::vector<float> row;

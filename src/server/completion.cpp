@@ -461,21 +461,10 @@ void Server::complete(const httplib::Request& http_req, httplib::Response& res, 
   // A conversation's stream is resumable: its session is there from now
   // (a resume while the model loads is told to retry), and it goes where
   // the request is refused before its stream starts.
-  const std::string conversation = http_req.get_header_value("X-Conversation-Id");
-  if (!conversation.empty()) {
-    if (conversation.size() > 256) bad_field("X-Conversation-Id", "the X-Conversation-Id header must be at most 256 bytes");
-    run->session = sessions_->open(conversation);
-    if (!run->session) {
-      throw ApiException(ApiError{429, "rate_limit_error", "too_many_streams",
-                                  "already " + std::to_string(StreamSessions::kMaxSessions) +
-                                      " resumable streams are running; try again when one ends",
-                                  5});
-    }
-    run->sessions = sessions_.get();
-    run->request->set_client_here([session = run->session] { return !session->cancelled(); });
-  }
+  run->session = open_stream(http_req, *run->request);
+  if (run->session) run->sessions = sessions_.get();
   Defer refused([&] {
-    if (run->session) sessions_->forget(conversation, run->session.get());
+    if (run->session) sessions_->forget(run->session->id(), run->session.get());
   });
   // A stream stopped (DELETE /v1/stream) before it started is refused so.
   auto stopped = [&] {

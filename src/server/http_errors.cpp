@@ -16,6 +16,12 @@ void send_error(httplib::Response& res, const ApiError& e) {
   res.set_content(error_json(e).dump(), "application/json");
 }
 
+std::string required_query(const httplib::Request& req, const char* name, const std::string& what) {
+  const std::string v = req.has_param(name) ? req.get_param_value(name) : "";
+  if (v.empty()) bad_field(name, std::string("'") + name + "' must be " + what);
+  return v;
+}
+
 ApiError to_api_error(const std::exception& ex) {
   if (auto* a = dynamic_cast<const ApiException*>(&ex)) return a->error();
   const std::string m = ex.what();

@@ -248,6 +248,9 @@ void http_families(Writer& w, const HttpStats& http) {
   w.single("reclaim_http_connections", "gauge", "Open connections.", http.connections);
   w.single("reclaim_http_connections_cut_total", "counter",
          "Connections cut for taking longer than --read-timeout over a request.", http.cut);
+  w.single("reclaim_resumable_streams", "gauge", "Resumable streams kept (X-Conversation-Id), running or finished.",
+           http.streams);
+  w.single("reclaim_resumable_stream_bytes", "gauge", "Host memory of their kept bytes.", http.stream_bytes);
 }
 
 }  // namespace

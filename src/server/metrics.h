@@ -18,6 +18,7 @@ struct HttpStats {
   size_t threads = 0, busy = 0, queued = 0, peak = 0;  // server/worker_pool.h
   size_t connections = 0;
   uint64_t cut = 0;  // connections cut for taking too long over a request
+  size_t streams = 0, stream_bytes = 0;  // resumable streams kept, and their bytes (server/stream_sessions.h)
 };
 
 std::string metrics_text(const Registry& registry, const Usage& baseline, const RequestCounts& stats, const HttpStats& http);

@@ -15,10 +15,8 @@
 #include <filesystem>
 #include <map>
 
-#include "runtime/registry_errors.h"
 #include "runtime/stores/model_stores.h"
 #include "runtime/stores/pull.h"
-#include "server/connections.h"
 #include "server/http_errors.h"
 #include "server/json_fields.h"
 #include "server/server.h"
@@ -39,13 +37,6 @@ json event(const std::string& model, const char* name, json data = nullptr) {
 }
 
 bool loaded_or_loading(ModelState s) { return s == ModelState::loading || s == ModelState::loaded; }
-
-// The model the query names (`?model=`), or a 400.
-std::string query_model(const httplib::Request& req) {
-  const std::string name = req.has_param("model") ? req.get_param_value("model") : "";
-  if (name.empty()) bad_field("model", "'model' must be a non-empty string (DELETE /models?model=NAME)");
-  return name;
-}
 
 }  // namespace
 
@@ -139,8 +130,8 @@ void Server::download_in_background(const std::string& name, bool insecure) {
 }
 
 void Server::router_events(const httplib::Request&, httplib::Response& res) {
-  // What the listener has been told of each model's state: nothing yet
-  // (its first GET /models told it the rest).
+  // Each model's state as the listener is taken to know it (from its GET
+  // /models): only a change from there is sent.
   std::map<std::string, ModelState> told;
   for (const ModelStatus& s : registry_.list()) told[s.name] = s.state;
   res.set_header("Cache-Control", "no-cache");
@@ -173,7 +164,7 @@ void Server::router_events(const httplib::Request&, httplib::Response& res) {
 }
 
 void Server::router_delete(const httplib::Request& req, httplib::Response& res) {
-  const std::string name = query_model(req);
+  const std::string name = required_query(req, "model", "a non-empty string (DELETE /models?model=NAME)");
   const PullName n = parse_pull_name(name, true);
   if (options_.pulled_store.empty() || !std::filesystem::exists(options_.pulled_store + "/manifests/" + n.manifest_path())) {
     bool served = true;

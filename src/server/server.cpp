@@ -132,6 +132,8 @@ HttpStats Server::http_stats() const {
   h.peak = pool_->peak();
   h.connections = connections_->open();
   h.cut = connections_->cut();
+  h.streams = sessions_->count();
+  h.stream_bytes = sessions_->bytes();
   return h;
 }
 

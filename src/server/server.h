@@ -212,6 +212,10 @@ class Server {
   void stream_resume(const httplib::Request& req, httplib::Response& res);
   void stream_stop(const httplib::Request& req, httplib::Response& res);
   void stream_lookup(const httplib::Request& req, httplib::Response& res);
+  // A streamed request's session where it names its conversation
+  // (X-Conversation-Id), its run from then on wanted while the session is;
+  // null where it names none.
+  std::shared_ptr<StreamSession> open_stream(const httplib::Request& req, RequestRun& run);
   // A router pull's work, on a pool thread.
   void download_in_background(const std::string& name, bool insecure);
   // GET / and the dashboard's files (server/dashboard.cpp).

@@ -16,12 +16,26 @@ using nlohmann::json;
 namespace {
 
 std::string conversation_of(const httplib::Request& req) {
-  const std::string id = req.has_param("conv_id") ? req.get_param_value("conv_id") : "";
-  if (id.empty()) bad_field("conv_id", "'conv_id' must name the stream's conversation (its X-Conversation-Id)");
-  return id;
+  return required_query(req, "conv_id", "the stream's conversation (its X-Conversation-Id)");
 }
 
 }  // namespace
+
+std::shared_ptr<StreamSession> Server::open_stream(const httplib::Request& req, RequestRun& run) {
+  const std::string id = req.get_header_value("X-Conversation-Id");
+  if (id.empty()) return nullptr;
+  if (id.size() > 256) bad_field("X-Conversation-Id", "the X-Conversation-Id header must be at most 256 bytes");
+  std::shared_ptr<StreamSession> s = sessions_->open(id);
+  if (!s) {
+    throw ApiException(ApiError{429, "rate_limit_error", "too_many_streams",
+                                "already " + std::to_string(StreamSessions::kMaxSessions) +
+                                    " resumable streams are running; try again when one ends",
+                                5});
+  }
+  // Wanted as long as its session is, whatever its connection does.
+  run.set_client_here([s] { return !s->cancelled(); });
+  return s;
+}
 
 void Server::stream_resume(const httplib::Request& req, httplib::Response& res) {
   const std::string id = conversation_of(req);

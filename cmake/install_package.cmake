@@ -8,6 +8,14 @@ set_target_properties(reclaim_engine PROPERTIES EXPORT_NAME engine)
 set_target_properties(reclaim_runtime PROPERTIES EXPORT_NAME runtime)
 set_target_properties(reclaim_lib PROPERTIES EXPORT_NAME reclaim)
 
+# The engine's speculative decoding calls llama.cpp's common library (its
+# n-gram lookup), which llama.cpp's package does not install: its two
+# archives go beside libreclaim's, and a program that links the engine links
+# them after it.
+install(FILES ${RECLAIM_LLAMA_COMMON}/libllama-common.a ${RECLAIM_LLAMA_COMMON}/libllama-common-base.a DESTINATION lib)
+target_link_libraries(reclaim_engine PRIVATE $<INSTALL_INTERFACE:$<INSTALL_PREFIX>/lib/libllama-common.a>
+                                             $<INSTALL_INTERFACE:$<INSTALL_PREFIX>/lib/libllama-common-base.a>)
+
 install(TARGETS reclaim_core reclaim_engine reclaim_runtime reclaim_lib EXPORT reclaimTargets
         ARCHIVE DESTINATION lib)
 install(EXPORT reclaimTargets NAMESPACE reclaim:: DESTINATION lib/cmake/reclaim)
@@ -21,7 +29,7 @@ set(reclaim_public_headers
   core/scoped_thread.h core/stack_thread.h core/thresholds.h core/usage.h
   engine/batcher.h engine/core_turns.h engine/device_life.h engine/embed.h engine/rerank.h engine/generate.h engine/gguf_check.h engine/model.h engine/model_info.h
   engine/owners.h engine/placement.h engine/prompt_cache.h engine/prompt_store.h engine/llama_runtime.h
-  engine/sampling.h engine/session.h engine/test_model.h engine/vet.h
+  engine/sampling.h engine/session.h engine/speculation.h engine/test_model.h engine/vet.h
   runtime/budget.h runtime/catalogue.h runtime/line.h runtime/model_entry.h runtime/model_life.h runtime/model_settings.h
   runtime/model_status.h runtime/registry.h runtime/registry_errors.h runtime/registry_options.h runtime/room.h runtime/vetter.h)
 foreach(h IN LISTS reclaim_public_headers)

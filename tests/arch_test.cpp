@@ -172,6 +172,52 @@ TEST_P(ArchBatch, UnloadingInTheMiddleOfRequestsLeavesNothingOnTheLedger) {
   EXPECT_EQ(Ledger::process().totals().count, before);
 }
 
+// Speculative decoding keeps what the model picks of each guess and drops
+// the rest of its cells, so a greedy request's tokens are those it gets
+// without guesses (by the promise of engine/parity.h: a step of 1 + k rows
+// takes other kernels than a step of one). A random model that soon repeats
+// itself gives the n-gram lookup its matches. A
+// model whose memory cannot drop the refused guesses decodes without them.
+TEST_P(ArchBatch, GuessedTokensChangeNothingAGreedyRequestGets) {
+  Model model(load());
+  GenerateRequest r;
+  for (int rep = 0; rep < 4; ++rep) {
+    for (int i = 0; i < 10; ++i) r.prompt_tokens.push_back(static_cast<llama_token>((13 + i * 11) % 128));
+  }
+  r.max_tokens = 48;
+  r.sampling.temperature = 0;
+  r = judged(r);
+  const GenerateResult plain = alone(model, r);
+  BatcherOptions bo{1, small_session()};
+  bo.speculation.kind = Speculation::Kind::ngram;
+  // These models soon repeat a loop of two or three tokens, and the lookup
+  // proposes only what followed its latest match in the history: with a
+  // one-token match, the loop's other tokens.
+  bo.speculation.ngram_n = 1;
+  bo.speculation.ngram_m = 8;
+  bo.speculation.draft_max = 8;
+  Batcher& b = model.start_batcher(bo);
+  const GenerateResult got = b.generate(r);
+  const bool can = GetParam().kind != "recurrent" && GetParam().kind != "hybrid";
+  EXPECT_EQ(b.speculates(), can);
+  expect_as_alone(plain, got, "with guesses");
+  EXPECT_EQ(got.tokens.size(), 48u);
+  if (can) {
+    EXPECT_GT(got.timings.draft_tokens, 0) << "no guess was decoded: the test proves nothing";
+    EXPECT_GT(got.timings.draft_accepted, 0) << "no guess was kept";
+    EXPECT_LT(b.steps(), 1 + got.tokens.size()) << "the kept guesses saved no step";
+    EXPECT_EQ(b.guessed(), static_cast<uint64_t>(got.timings.draft_tokens));
+    EXPECT_EQ(b.guesses_kept(), static_cast<uint64_t>(got.timings.draft_accepted));
+  } else {
+    EXPECT_EQ(got.timings.draft_tokens, 0);
+  }
+  // The refused guesses' cells are gone: the sequence holds what the prompt
+  // cache says, the prompt and the tokens decoded.
+  EXPECT_TRUE(sequence_holds_its_cache(b, 0));
+  EXPECT_EQ(b.cached_tokens(0), cells_left(got));
+  EXPECT_EQ(request_entries(), 0u);
+}
+
 // What the model says of its memory is what its context does: a sequence of
 // a kv model can be cut back to a prefix; one with recurrent state cannot
 // (llama.cpp refuses), and the model says so before anyone tries.

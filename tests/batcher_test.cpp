@@ -120,6 +120,61 @@ TEST(Batcher, SampledRequestsWithASeedMatchTheirSessionRuns) {
   EXPECT_EQ(request_entries(), 0u);
 }
 
+// Guesses decoded beside several requests at once, in a batch too small for
+// all of them (each next token first, then as much of each guess as fits),
+// change no greedy token, no seeded draw (the chain draws once a token, as
+// without guesses) and no stop: each request streams and ends as it does
+// alone, and leaves the cells of what it decoded, no refused guess among them.
+TEST(Batcher, GuessesBesideOtherRequestsChangeNoTokenNoDrawAndNoStop) {
+  Model model(load());
+  std::vector<GenerateRequest> reqs = {request(kPrompts[0], 40), request(kPrompts[1], 40), request(kPrompts[3], 40)};
+  reqs[1].sampling.temperature = 0.9f;
+  reqs[1].sampling.seed = 77;
+  reqs[1].sampling.repeat_penalty = 1.1f;
+  const std::vector<GenerateResult> plain = alone(model, reqs);
+  // A stop string from the middle of what the third says alone.
+  ASSERT_GT(plain[2].text.size(), 12u) << "the third request says too little to be stopped in its middle";
+  reqs[2].stop = {plain[2].text.substr(plain[2].text.size() / 2, 4)};
+  const GenerateResult stopped_alone = alone(model, {reqs[2]})[0];
+  ASSERT_EQ(stopped_alone.finish, FinishReason::stop);
+
+  BatcherOptions bo = batching(3);
+  bo.session.n_batch = 8;
+  bo.speculation.kind = Speculation::Kind::ngram;
+  bo.speculation.ngram_n = 1;
+  bo.speculation.ngram_m = 8;
+  bo.speculation.draft_max = 8;
+  Batcher& b = model.start_batcher(bo);
+  std::vector<std::future<GenerateResult>> got;
+  std::vector<std::string> streamed(reqs.size());
+  {
+    std::lock_guard hold(model.decode_mutex());
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      got.push_back(std::async(std::launch::async, [&, i] {
+        GenerateHooks h;
+        h.on_text = [&, i](std::string_view t) { streamed[i] += t; };
+        return b.generate(reqs[i], h);
+      }));
+    }
+    ASSERT_TRUE(eventually([&] { return b.active() + b.waiting() >= reqs.size(); }));
+  }
+  int32_t guessed = 0, kept = 0;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    const GenerateResult r = got[i].get();
+    const GenerateResult& want = i == 2 ? stopped_alone : plain[i];
+    expect_as_alone(want, r, "request " + std::to_string(i), /*greedy=*/i != 1);
+    EXPECT_EQ(streamed[i], r.text) << "request " << i;
+    guessed += r.timings.draft_tokens;
+    kept += r.timings.draft_accepted;
+    EXPECT_LE(r.timings.draft_accepted, r.timings.draft_tokens);
+  }
+  EXPECT_GT(guessed, 0) << "no guess was decoded: the test proves nothing";
+  EXPECT_GT(kept, 0) << "no guess was kept";
+  EXPECT_EQ(b.guessed(), static_cast<uint64_t>(guessed));
+  for (int32_t s = 0; s < b.n_seq(); ++s) EXPECT_TRUE(sequence_holds_its_cache(b, s)) << "sequence " << s;
+  EXPECT_EQ(request_entries(), 0u);
+}
+
 TEST(Batcher, MoreRequestsThanSequencesWaitTheirTurn) {
   Model model(load());
   std::vector<GenerateRequest> reqs;

@@ -7,6 +7,7 @@
 #include <map>
 
 #include "engine/embed.h"
+#include "engine/speculation.h"
 #include "server/openai.h"
 
 namespace reclaim::cli {
@@ -16,7 +17,8 @@ namespace {
 using nlohmann::json;
 
 const char* const kKeys =
-    "path, aliases, ctx, parallel, threads, gpu_layers, pooling, chat_template, jinja, system, keep_alive, pin, preload, defaults";
+    "path, aliases, ctx, parallel, threads, gpu_layers, pooling, spec_type, draft_max, draft_min, chat_template, jinja, "
+    "system, keep_alive, pin, preload, defaults";
 
 class Reader {
  public:
@@ -116,6 +118,14 @@ class Reader {
       } else if (field == "pooling") {
         s.pooling = string(v, key);
         if (!pooling_from_name(*s.pooling)) fail(v, key, std::string("must be ") + kPoolingNames);
+      } else if (field == "spec_type") {
+        s.spec_type = string(v, key);
+        Speculation::Kind kind;
+        if (!speculation_from_name(*s.spec_type, kind)) fail(v, key, std::string("must be ") + kSpeculationNames);
+      } else if (field == "draft_max") {
+        s.draft_max = integer(v, key, 1, kMaxDraft);
+      } else if (field == "draft_min") {
+        s.draft_min = integer(v, key, 0, kMaxDraft);
       } else if (field == "jinja") {
         s.jinja = boolean(v, key);
       } else if (field == "system") {

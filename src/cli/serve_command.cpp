@@ -60,6 +60,8 @@ struct Args {
               device_idle = "1m";
   std::string cache_ram = "2GiB";
   std::string pooling;
+  std::string spec_type = "none";
+  Speculation speculation;
   std::string unload_timeout = "30s", shutdown_timeout = "30s", chat_template, load_mode = "mmap", vet_timeout = "10m";
   std::string default_model;
   std::string queue_timeout = "5m", read_timeout = "10s", stream_keepalive = "5s", stream_hold = "30s", min_serve = "0",
@@ -238,6 +240,12 @@ RegistryOptions registry_options(const Args& a) {
   opts.n_threads = a.threads;
   opts.n_gpu_layers = a.gpu_layers;
   opts.pooling = a.pooling;
+  opts.speculation = a.speculation;
+  speculation_from_name(a.spec_type, opts.speculation.kind);  // checked by its option
+  if (opts.speculation.draft_min > opts.speculation.draft_max) {
+    throw Error("--draft-min (" + std::to_string(opts.speculation.draft_min) + ") is above --draft-max (" +
+                std::to_string(opts.speculation.draft_max) + ")");
+  }
   opts.parallel = a.parallel;
   opts.max_running = a.parallel;
   opts.max_queue = a.max_queue;
@@ -463,6 +471,27 @@ Command add_serve(CLI::App& app) {
       ->check(CLI::Validator(
           [](const std::string& v) { return pooling_from_name(v) ? std::string() : std::string("must be ") + kPoolingNames; },
           "POOLING"));
+  sub->add_option("--spec-type", a->spec_type,
+                  std::string("speculative decoding: ngram-simple guesses the tokens after each one from what followed "
+                              "its last n-gram in the sequence (llama-server's), none decodes a token a step: ") +
+                      kSpeculationNames)
+      ->capture_default_str()
+      ->check(CLI::Validator(
+          [](const std::string& v) {
+            Speculation::Kind k;
+            return speculation_from_name(v, k) ? std::string() : std::string("must be ") + kSpeculationNames;
+          },
+          "TYPE"));
+  sub->add_option("--draft-max,--spec-draft-n-max", a->speculation.draft_max, "the most tokens a step guesses")
+      ->capture_default_str()->check(CLI::Range(1, kMaxDraft));
+  sub->add_option("--draft-min,--spec-draft-n-min", a->speculation.draft_min, "the fewest tokens worth guessing (a shorter guess is not decoded)")
+      ->capture_default_str()->check(CLI::Range(0, kMaxDraft));
+  sub->add_option("--spec-ngram-size-n,--spec-ngram-simple-size-n", a->speculation.ngram_n,
+                  "ngram-simple: the tokens matched, the one just sampled last")
+      ->capture_default_str()->check(CLI::Range(1, 1024));
+  sub->add_option("--spec-ngram-size-m,--spec-ngram-simple-size-m", a->speculation.ngram_m,
+                  "ngram-simple: the most tokens after the match it proposes")
+      ->capture_default_str()->check(CLI::Range(1, 1024));
   sub->add_option("--gpu-layers", a->gpu_layers, "layers of each model on the accelerator (-1: all, where there is one; 0: none)")
       ->capture_default_str()->check(CLI::Range(-1, 100000));
   sub->add_option("--parallel", a->parallel, "requests a model decodes together, each in a sequence of --ctx tokens of one context")->capture_default_str()

@@ -21,8 +21,11 @@ llama_context_params batch_context_params(const BatcherOptions& o, int32_t n_ctx
   }
   cp.n_ctx *= static_cast<uint32_t>(o.n_seq);
   cp.n_seq_max = static_cast<uint32_t>(o.n_seq);
-  // One row of logits a sequence a step (session_context_params says why).
-  if (!cp.embeddings) cp.n_outputs_max = static_cast<uint32_t>(o.n_seq);
+  // One row of logits a sequence a step (session_context_params says why),
+  // and one for each token it guesses.
+  if (o.speculation.on()) validate(o.speculation);
+  const int32_t rows = 1 + (o.speculation.on() ? o.speculation.draft_max : 0);
+  if (!cp.embeddings) cp.n_outputs_max = static_cast<uint32_t>(o.n_seq * rows);
   cp.kv_unified = false;
   return cp;
 }
@@ -43,6 +46,11 @@ struct Batcher::Job {
   int32_t n_in_step = 0; // tokens of this job in the current batch
   int32_t row = -1;      // its logits row in the current batch, or -1
   llama_token next = -1; // sampled, to be decoded next step
+  // Speculating: the tokens in its cells, which the guess is looked up in,
+  // the guess after `next`, and how much of it is in the current batch.
+  std::vector<llama_token> history;
+  std::vector<llama_token> guess;
+  int32_t n_guess = 0;
   int32_t cached = 0;    // prompt tokens the cache gave
   std::chrono::steady_clock::time_point began;  // when it got its sequence
   bool wants_progress = false, wants_timings = false;  // the caller's hooks
@@ -66,8 +74,11 @@ struct Batcher::Job {
 Batcher::Batcher(Model& model, const BatcherOptions& o)
     : model_(model), scope_(model.scope(), "batch", ScopeOptions{.release_heap_on_close = true}),
       n_seq_(o.n_seq),
+      spec_(can_speculate(model.get()) ? o.speculation : Speculation{}),
       decode_(o.decode ? o.decode : llama_decode) {
-  llama_context_params cp = batch_context_params(o, model.info().n_ctx_train, model.n_threads());
+  BatcherOptions shaped = o;
+  shaped.speculation = spec_;
+  llama_context_params cp = batch_context_params(shaped, model.info().n_ctx_train, model.n_threads());
   cp.abort_callback = abort_poll;
   cp.abort_callback_data = this;
   ContextPlacement where;
@@ -394,13 +405,21 @@ bool Batcher::fill_batch() {
       if (j) live.push_back(j);
     }
   }
-  // Generating requests first, one token each, so that a long prompt coming
-  // in does not hold up the streams; prompts fill the rest of the batch.
+  // Generating requests first, one token each and their guesses, so that a
+  // long prompt coming in does not hold up the streams; prompts fill the
+  // rest of the batch.
+  int32_t to_come = 0;  // generating requests not yet in the batch
+  for (Job* j : live) to_come += j->generating();
   for (Job* j : live) {
     if (!j->generating()) continue;
+    --to_come;
     j->row = b.n_tokens;
-    j->n_in_step = 1;
     add(j->next, j->n_past, j->seq, true);
+    // As much of its guess as leaves room for the others' next tokens.
+    j->n_guess = std::min(static_cast<int32_t>(j->guess.size()), n_batch_ - b.n_tokens - to_come);
+    if (j->n_guess < std::max(1, spec_.draft_min)) j->n_guess = 0;
+    for (int32_t k = 0; k < j->n_guess; ++k) add(j->guess[static_cast<size_t>(k)], j->n_past + 1 + k, j->seq, true);
+    j->n_in_step = 1 + j->n_guess;
     in_batch_.push_back(j);
   }
   for (Job* j : live) {
@@ -449,7 +468,9 @@ bool Batcher::step() {
 
 void Batcher::advance(Job& j) {
   const bool was_prompt = !j.generating();
-  j.n_past += j.n_in_step;
+  const int32_t written = j.n_past + j.n_in_step;  // this step's cells end here
+  // A guess's cell counts once the model has picked the guessed token.
+  j.n_past += was_prompt ? j.n_in_step : 1;
   if (was_prompt) {
     j.n_fed += j.n_in_step;
     if (j.generating()) j.gen->prompt_done();
@@ -457,9 +478,41 @@ void Batcher::advance(Job& j) {
   }
   if (j.row < 0) return;
   try {
-    const llama_token t = j.gen->sample(ctx_.get(), j.row);
+    if (spec_.on()) {
+      if (was_prompt) {
+        j.history = j.prompt;
+      } else {
+        j.history.push_back(j.next);
+      }
+    }
+    // The rows in order, as one-token steps would sample them: each pick
+    // goes through the request's chain (its penalties and grammar see every
+    // token), and the rows after a pick that differs from the guess read
+    // tokens the request will never have.
     std::string text;
-    const bool end = j.gen->accept(t, j.n_past, n_ctx_seq_, text);
+    llama_token t = -1;
+    bool end = false;
+    int32_t kept = 0;
+    for (int32_t i = 0;; ++i) {
+      t = j.gen->sample(ctx_.get(), j.row + i);
+      end = j.gen->accept(t, j.n_past, n_ctx_seq_, text);
+      if (end || i == j.n_guess || t != j.guess[static_cast<size_t>(i)]) break;
+      ++j.n_past;
+      ++kept;
+      j.history.push_back(t);
+    }
+    if (j.n_guess > 0) {
+      guesses_.fetch_add(1);
+      guessed_.fetch_add(static_cast<uint64_t>(j.n_guess));
+      kept_.fetch_add(static_cast<uint64_t>(kept));
+      j.result->timings.draft_tokens += j.n_guess;
+      j.result->timings.draft_accepted += kept;
+    }
+    // The refused guesses' cells go before anything reads the sequence (the
+    // prompt cache keeps exactly n_past cells of an ended request).
+    if (j.n_past < written && !llama_memory_seq_rm(llama_get_memory(ctx_.get()), j.seq, j.n_past, -1)) {
+      throw Error("llama.cpp could not drop the cells of refused guesses from sequence " + std::to_string(j.seq));
+    }
     std::vector<TokenLogprob> logprobs = j.gen->take_logprobs();
     {
       std::lock_guard lock(mu_);
@@ -473,6 +526,7 @@ void Batcher::advance(Job& j) {
       retire(j, false);
     } else {
       j.next = t;
+      guess_next(j);
     }
   } catch (const Generation::Stopped&) {
     retire(j, true);
@@ -480,6 +534,18 @@ void Batcher::advance(Job& j) {
     j.error = std::current_exception();
     retire(j, false);
   }
+}
+
+void Batcher::guess_next(Job& j) {
+  j.guess.clear();
+  if (!spec_.on()) return;
+  // Tokens past the request's length or its context would be decoded for
+  // nothing: the step makes 1 + guesses tokens at most.
+  int32_t n_max = std::min(spec_.draft_max, n_ctx_seq_ - j.n_past - 1);
+  if (const int32_t max_tokens = j.gen->max_tokens(); max_tokens >= 0) {
+    n_max = std::min(n_max, max_tokens - static_cast<int32_t>(j.result->tokens.size()) - 1);
+  }
+  ngram_guess(spec_, j.history, j.next, n_max, j.guess);
 }
 
 void Batcher::report_progress(Job& j, bool first) {

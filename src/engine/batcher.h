@@ -35,6 +35,7 @@
 #include "engine/owners.h"
 #include "engine/prompt_cache.h"
 #include "engine/session.h"
+#include "engine/speculation.h"
 
 namespace reclaim {
 
@@ -46,6 +47,9 @@ struct BatcherOptions {
   // Host memory the prompt cache may take for sequences it saves when
   // another conversation takes them (engine/prompt_store.h); 0: none.
   uint64_t cache_ram = 0;
+  // Guesses decoded beside each sequence's next token (engine/speculation.h);
+  // off for a model whose memory cannot drop the refused ones.
+  Speculation speculation;
   // What each step's batch is decoded with; empty: llama_decode. Tests put a
   // failing one here: llama.cpp offers no way to make a valid batch fail.
   std::function<int32_t(llama_context*, llama_batch)> decode;
@@ -54,6 +58,7 @@ struct BatcherOptions {
 // The context a Batcher makes: n_seq sequences of session.n_ctx positions
 // each, every sequence with its own KV cells (not unified), so that a
 // request admitted can always run to its length whatever the others do.
+// With speculation, each sequence's guesses have rows of logits too.
 llama_context_params batch_context_params(const BatcherOptions& o, int32_t n_ctx_train, int32_t max_threads);
 
 class Batcher {
@@ -83,6 +88,12 @@ class Batcher {
   uint64_t steps() const { return steps_.load(); }    // decodes so far
   uint64_t tokens() const { return tokens_.load(); }  // tokens in them
   uint64_t busy_in_steps() const { return busy_.load(); }  // sequences in them, summed
+  // Whether its sequences guess (the options asked and the model's memory
+  // allows it), and the guessed tokens decoded and kept so far.
+  bool speculates() const { return spec_.on(); }
+  uint64_t guesses() const { return guesses_.load(); }  // steps of a sequence with a guess
+  uint64_t guessed() const { return guessed_.load(); }
+  uint64_t guesses_kept() const { return kept_.load(); }
   // Tokens whose cells the prompt cache keeps in sequence `seq`, and in all.
   size_t cached_tokens(int32_t seq) const;
   uint64_t cached_tokens() const;
@@ -104,8 +115,11 @@ class Batcher {
   // none has a token to decode.
   bool fill_batch();
   // After a decode: each job of the step moves on, and those with an output
-  // row sample their next token.
+  // row sample their next token (and the tokens after its guesses, while
+  // the model picks what was guessed).
   void advance(Job& j);
+  // The guess a job decodes after its next token in the coming step.
+  void guess_next(Job& j);
   // A prompt progress report for the job's caller, if it wants them.
   void report_progress(Job& j, bool first);
   void admit();
@@ -120,6 +134,7 @@ class Batcher {
   ScopedRef<llama_batch> batch_;
   std::unique_ptr<PromptCache> cache_;  // under mu_; its cells are the decode thread's
   int32_t n_seq_ = 1, n_ctx_seq_ = 0, n_batch_ = 0, n_swa_ = 0;
+  Speculation spec_;
   std::function<int32_t(llama_context*, llama_batch)> decode_;
 
   mutable std::mutex mu_;
@@ -134,7 +149,7 @@ class Batcher {
   // thread may not allocate outside a step (it would have no one to tell).
   std::vector<Job*> held_;
   std::vector<Job*> stepped_;  // the last step's jobs, swapped with in_batch_
-  std::atomic<uint64_t> steps_{0}, tokens_{0}, busy_{0};
+  std::atomic<uint64_t> steps_{0}, tokens_{0}, busy_{0}, guesses_{0}, guessed_{0}, kept_{0};
   // On the batch's scope, released before the context it decodes on (it
   // was armed after it); its stack goes with it (core/stack_thread.h).
   ScopedThread thread_;

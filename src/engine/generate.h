@@ -76,7 +76,12 @@ struct Timings {
   int32_t cached_tokens = 0;  // of the prompt's, found in the prompt cache and not decoded
   double prompt_ms = 0;       // decoding the prompt
   double generate_ms = 0;     // from the end of the prompt to the last token
-  int32_t generate_decodes = 0;  // the decodes in generate_ms: one for each token sampled after the first
+  // The tokens sampled in generate_ms: each after the first, one a decode
+  // but for those a speculative step's guesses gave.
+  int32_t generate_decodes = 0;
+  // Speculative decoding: the guessed tokens decoded, and those the model
+  // picked itself (llama-server's draft_n, draft_n_accepted).
+  int32_t draft_tokens = 0, draft_accepted = 0;
   double first_token_ms = 0;  // from the start of the request to the first token
   double total_ms = 0;
   // Over what prompt_ms and generate_ms hold: the prompt's tokens that were

@@ -60,6 +60,7 @@ class Generation {
   Timings timings_now() const;
   void prompt_done() { prompt_done_ = Clock::now(); result_.timings.prompt_ms = ms(start_, prompt_done_); }
   Clock::time_point start() const { return start_; }
+  int32_t max_tokens() const { return max_tokens_; }  // < 0: no limit
   static double ms(Clock::time_point a, Clock::time_point b) {
     return std::chrono::duration<double, std::milli>(b - a).count();
   }

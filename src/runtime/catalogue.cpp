@@ -145,6 +145,13 @@ BatcherOptions Catalogue::batching_of(const ModelEntry& e) const {
   BatcherOptions b{s.parallel.value_or(options_.parallel), options_.session};
   if (s.n_ctx) b.session.n_ctx = *s.n_ctx;
   if (s.n_threads) b.session.n_threads = *s.n_threads;
+  b.speculation = options_.speculation;
+  // Each name was checked where it was read (--config, --spec-type).
+  if (s.spec_type) speculation_from_name(*s.spec_type, b.speculation.kind);
+  if (s.draft_max) b.speculation.draft_max = *s.draft_max;
+  if (s.draft_min) b.speculation.draft_min = *s.draft_min;
+  // A model's own fewest may be above the server's most, or the reverse.
+  b.speculation.draft_min = std::min(b.speculation.draft_min, b.speculation.draft_max);
   return b;
 }
 

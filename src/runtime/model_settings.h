@@ -20,6 +20,10 @@ struct ModelSettings {
   std::optional<int32_t> n_threads;
   std::optional<int32_t> n_gpu_layers;
   std::optional<std::string> pooling;  // an embedding model's (engine/embed.h's names)
+  // Speculative decoding (engine/speculation.h): its kind by name
+  // (kSpeculationNames) and the most and fewest tokens a step guesses.
+  std::optional<std::string> spec_type;
+  std::optional<int32_t> draft_max, draft_min;
   std::optional<std::chrono::milliseconds> keep_alive;
   std::optional<std::string> chat_template;  // a built-in name or template text
   // false: the template rendered by llama.cpp's built-in engine, the one of
@@ -44,6 +48,9 @@ inline ModelSettings taken_while_loaded(const ModelSettings& loaded, ModelSettin
   next.n_threads = loaded.n_threads;
   next.n_gpu_layers = loaded.n_gpu_layers;
   next.pooling = loaded.pooling;
+  next.spec_type = loaded.spec_type;
+  next.draft_max = loaded.draft_max;
+  next.draft_min = loaded.draft_min;
   return next;
 }
 

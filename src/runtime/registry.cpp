@@ -258,6 +258,9 @@ void Registry::finish_unload_locked(std::unique_lock<std::mutex>& lock, Entry& e
   if (const Batcher* b = model ? model->batcher() : nullptr) {  // its decodes stay counted
     sched_.decode_steps += b->steps();
     sched_.busy_in_steps += b->busy_in_steps();
+    sched_.guesses += b->guesses();
+    sched_.guessed += b->guessed();
+    sched_.guesses_kept += b->guesses_kept();
   }
   cv_.notify_all();
   lock.unlock();

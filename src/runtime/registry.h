@@ -94,6 +94,9 @@ struct SchedulerStats {
   int waiting = 0;              // requests waiting now
   // Decodes of every model since the start, and the sequences in them.
   uint64_t decode_steps = 0, busy_in_steps = 0;
+  // Speculative decoding's, of every model since the start: the steps of a
+  // sequence with a guess, the tokens guessed, and those the models picked.
+  uint64_t guesses = 0, guessed = 0, guesses_kept = 0;
   std::vector<std::string> line;  // the models waiting for room, first first
   // Seconds, by bucket: each wait for a slot, a load or a swap; each load
   // and unload.

@@ -9,6 +9,7 @@
 
 #include "engine/model.h"
 #include "engine/session.h"
+#include "engine/speculation.h"
 #include "runtime/model_settings.h"
 #include "runtime/room.h"
 #include "runtime/vetter.h"
@@ -41,6 +42,8 @@ struct RegistryOptions {
   LoadMode load_mode = LoadMode::mmap;
   int32_t n_gpu_layers = -1;
   std::string pooling;  // every model's pooling (engine/embed.h's names); empty: each file's
+  // Every model's speculative decoding, where its settings do not say.
+  Speculation speculation;
   int32_t n_threads = 0;
   // A model's requests decode together in one context of this many
   // sequences, each of session.n_ctx (engine/batcher.h). At least 1.

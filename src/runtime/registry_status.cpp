@@ -81,6 +81,9 @@ SchedulerStats Registry::scheduler() const {
     if (const Batcher* b = e.loaded_batcher()) {
       s.decode_steps += b->steps();
       s.busy_in_steps += b->busy_in_steps();
+      s.guesses += b->guesses();
+      s.guessed += b->guessed();
+      s.guesses_kept += b->guesses_kept();
     }
   }
   s.line = line_.names();

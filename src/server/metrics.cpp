@@ -222,10 +222,12 @@ void llama_server_families(Writer& w, const RequestCounts& stats, const Schedule
   w.single("llamacpp:n_decode_total", "counter", "Decode steps of every model's completions.", sched.decode_steps);
   w.single("llamacpp:n_tokens_max", "counter", "Most tokens (prompt and generated) one completion held.",
            stats.most_tokens.load());
-  // reclaim has no speculative decoding yet: nothing drafted, nothing accepted.
-  w.single("llamacpp:spec_decode_num_draft_tokens_total", "counter", "Draft tokens proposed (none: no speculation).", 0);
-  w.single("llamacpp:spec_decode_num_accepted_tokens_total", "counter", "Draft tokens accepted (none: no speculation).", 0);
-  w.single("llamacpp:spec_decode_num_drafts_total", "counter", "Drafts made (none: no speculation).", 0);
+  w.single("llamacpp:spec_decode_num_draft_tokens_total", "counter", "Draft tokens decoded (speculative decoding).",
+           sched.guessed);
+  w.single("llamacpp:spec_decode_num_accepted_tokens_total", "counter", "Draft tokens the models picked themselves.",
+           sched.guesses_kept);
+  w.single("llamacpp:spec_decode_num_drafts_total", "counter", "Drafts decoded (a sequence's step with a draft).",
+           sched.guesses);
   w.single("llamacpp:prompt_tokens_seconds", "gauge", "Prompt tokens decoded a second, over all completions.",
            rate(static_cast<double>(decoded), prompt_s));
   w.single("llamacpp:predicted_tokens_seconds", "gauge", "Tokens generated a second, over all completions.",

@@ -444,7 +444,7 @@ json progress_json(const PromptProgress& p) {
 json timings_json(const Timings& t) {
   const auto per_token = [](double ms, int64_t n) { return n > 0 ? ms / static_cast<double>(n) : 0.0; };
   const int64_t decoded = t.prompt_tokens - t.cached_tokens;
-  return {{"cache_n", t.cached_tokens},
+  json out = {{"cache_n", t.cached_tokens},
           {"prompt_n", decoded},
           {"prompt_ms", t.prompt_ms},
           {"prompt_per_token_ms", per_token(t.prompt_ms, decoded)},
@@ -454,6 +454,12 @@ json timings_json(const Timings& t) {
           {"predicted_per_token_ms", per_token(t.generate_ms, t.generate_decodes)},
           {"predicted_per_second", t.generate_per_second()},
           {"first_token_ms", t.first_token_ms}};
+  // As llama-server: only where speculation guessed.
+  if (t.draft_tokens > 0) {
+    out["draft_n"] = t.draft_tokens;
+    out["draft_n_accepted"] = t.draft_accepted;
+  }
+  return out;
 }
 
 json chunk_json(const CompletionRequest& req, const json& delta_or_text, const char* finish, const std::string& id,

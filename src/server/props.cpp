@@ -94,7 +94,7 @@ void Server::slots(const httplib::Request& req, httplib::Response& res) {
                       {"model", s.name},
                       {"n_ctx", batch.session.n_ctx},
                       {"is_processing", busy},
-                      {"speculative", false}});
+                      {"speculative", batch.speculation.on()}});
     }
   }
   res.set_content(list.dump(), "application/json");

@@ -1,0 +1,65 @@
+// Speculative decoding: a generating sequence puts the token it sampled and
+// a guess at the tokens after it into one step's batch, each with its row of
+// logits. The rows are sampled in order, as one-token steps would have
+// sampled them; the guesses the model picks itself are kept, and the cells
+// of the first one it does not pick, and of all after it, are dropped. The
+// output is what it would have been without the guesses; a right guess saves
+// a step (the weights are read once for all its rows), a wrong one costs a
+// row.
+//
+// Guesses here come from the sequence itself: the tokens that followed the
+// last time its latest n tokens appeared (llama-server's ngram-simple, by the
+// pinned common library's own lookup). Text that repeats what it read (code
+// edits, quotes, a summary of a list) guesses right often; prose rarely, and
+// a step with no guess costs nothing more.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <llama.h>
+
+namespace reclaim {
+
+struct Speculation {
+  enum class Kind { none, ngram };
+  Kind kind = Kind::none;
+  // The most tokens guessed in one step, and the fewest worth a step's rows
+  // (a shorter guess is not decoded).
+  int32_t draft_max = 16;
+  int32_t draft_min = 0;
+  // The n-gram lookup's: the tokens matched (the sampled one last), and the
+  // most tokens after the match it proposes (llama-server's defaults).
+  int32_t ngram_n = 12;
+  int32_t ngram_m = 48;
+
+  bool on() const { return kind != Kind::none; }
+  bool operator==(const Speculation&) const = default;
+};
+
+// "none" or "ngram-simple" (llama-server's --spec-type names) into `out`;
+// false for any other name.
+bool speculation_from_name(const std::string& name, Speculation::Kind& out);
+const char* speculation_name(Speculation::Kind kind);
+inline constexpr const char* kSpeculationNames = "none or ngram-simple";
+// The most tokens a step may guess: that many more rows of logits for each
+// sequence, past any guess that pays on the CPU (a row costs about as much
+// as a one-token step once the matrix products stop being bound by reads).
+inline constexpr int32_t kMaxDraft = 64;
+
+// Throws Error naming the field out of its range.
+void validate(const Speculation& s);
+
+// Whether a model's memory can drop the cells of the guesses it refused: a
+// KV cache can; a recurrent state is one state a sequence, not one a
+// position, so a model with one (recurrent or hybrid) decodes without
+// guesses (llama-server's common_context_can_seq_rm says so too).
+bool can_speculate(const llama_model* model);
+
+// The guess after `next` for a sequence whose cells hold `history`: at most
+// `n_max` tokens, none when there is no match or fewer than draft_min.
+void ngram_guess(const Speculation& s, const std::vector<llama_token>& history, llama_token next, int32_t n_max,
+                 std::vector<llama_token>& guess);
+
+}  // namespace reclaim

@@ -1,0 +1,89 @@
+// Speculative decoding as a client of `reclaim serve` sees it: a model set
+// to guess (--config's spec_type, or --spec-type for all) answers what the
+// same model answers without guesses, its timings say what was guessed and
+// kept (llama-server's draft_n, draft_n_accepted), /metrics and /slots count
+// it, and a mistake in its settings is refused where it is read.
+#include <httplib.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "served.h"
+#include "served_parity.h"
+#include "temp_path.h"
+
+using namespace reclaim::testing;
+using nlohmann::json;
+
+namespace {
+
+json chat(const std::string& model) {
+  return {{"model", model},
+          {"messages", {{{"role", "user"}, {"content", "Count the rivers of the north, one by one, again and again."}}}},
+          {"max_tokens", 64},
+          {"temperature", 0},
+          {"cache_prompt", false},
+          {"logprobs", true},
+          {"top_logprobs", reclaim::kParityLogprobs}};
+}
+
+std::string config(const std::string& name, const std::string& text) {
+  const std::string path = temp_path(name);
+  std::ofstream(path) << text;
+  return path;
+}
+
+}  // namespace
+
+TEST(ServeSpeculation, AModelThatGuessesAnswersAsWithoutAndCountsItsGuesses) {
+  // The same file twice: one model guesses, the other does not. These random
+  // models soon repeat a short loop, which a one-token n-gram matches.
+  const std::string path = config("speculation.toml",
+                                  "[models.plain]\npath = \"" + bpe() + "\"\n"
+                                  "[models.guess]\npath = \"" + bpe() + "\"\n"
+                                  "spec_type = \"ngram-simple\"\ndraft_max = 8\n");
+  Served s({"--config", path, "--spec-ngram-size-n", "1"}, false);
+  const json plain = s.post_json("/v1/chat/completions", chat("plain"));
+  const json guess = s.post_json("/v1/chat/completions", chat("guess"));
+  Answers answers;
+  reclaim::GenerateResult without, with;
+  answers.add(plain["choices"][0], without);
+  answers.add(guess["choices"][0], with);
+  expect_as_alone(without, with, "the model that guesses");
+  EXPECT_FALSE(plain["timings"].contains("draft_n")) << plain["timings"].dump();
+  ASSERT_TRUE(guess["timings"].contains("draft_n")) << guess["timings"].dump();
+  const int drafted = guess["timings"]["draft_n"], kept = guess["timings"]["draft_n_accepted"];
+  EXPECT_GT(drafted, 0);
+  EXPECT_GT(kept, 0) << "no guess was kept: the test proves nothing";
+  EXPECT_LE(kept, drafted);
+  // What was guessed is counted in llama-server's families.
+  const auto m = s.http().Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_NE(m->body.find("llamacpp:spec_decode_num_draft_tokens_total " + std::to_string(drafted) + "\n"), std::string::npos)
+      << m->body;
+  EXPECT_NE(m->body.find("llamacpp:spec_decode_num_accepted_tokens_total " + std::to_string(kept) + "\n"), std::string::npos);
+  EXPECT_EQ(s.get("/slots?model=guess")[0]["speculative"], true);
+  EXPECT_EQ(s.get("/slots?model=plain")[0]["speculative"], false);
+  for (const char* name : {"plain", "guess"}) s.post("/v1/models/unload", {{"model", name}});
+  s.expect_clean();
+}
+
+TEST(ServeSpeculation, ItsSettingsAreCheckedWhereTheyAreRead) {
+  const Result bad_type = run("serve --port 0 -m " + bpe() + " --spec-type eagle");
+  EXPECT_EQ(bad_type.status, 2) << bad_type.out;
+  EXPECT_NE(bad_type.out.find("--spec-type"), std::string::npos) << bad_type.out;
+  EXPECT_NE(bad_type.out.find("none or ngram-simple"), std::string::npos) << bad_type.out;
+  const Result too_many = run("serve --port 0 -m " + bpe() + " --draft-max 65");
+  EXPECT_EQ(too_many.status, 2) << too_many.out;
+  const Result crossed = run("serve --port 0 -m " + bpe() + " --draft-max 4 --draft-min 6");
+  EXPECT_EQ(crossed.status, 2) << crossed.out;
+  EXPECT_NE(crossed.out.find("--draft-min (6) is above --draft-max (4)"), std::string::npos) << crossed.out;
+  const std::string m = "[models.a]\npath = \"" + bpe() + "\"\n";
+  const Result file_type = run("serve --port 0 --config " + config("spec-bad.toml", m + "spec_type = \"medusa\"\n"));
+  EXPECT_EQ(file_type.status, 2);
+  EXPECT_NE(file_type.out.find(":3: models.a.spec_type: must be none or ngram-simple"), std::string::npos) << file_type.out;
+  const Result file_max = run("serve --port 0 --config " + config("spec-max.toml", m + "draft_max = 0\n"));
+  EXPECT_EQ(file_max.status, 2);
+  EXPECT_NE(file_max.out.find(":3: models.a.draft_max: must be 1..64"), std::string::npos) << file_max.out;
+}

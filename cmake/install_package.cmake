@@ -29,7 +29,7 @@ set(reclaim_public_headers
   core/scoped_thread.h core/stack_thread.h core/thresholds.h core/usage.h
   engine/batcher.h engine/core_turns.h engine/device_life.h engine/embed.h engine/rerank.h engine/generate.h engine/gguf_check.h engine/model.h engine/model_info.h
   engine/owners.h engine/placement.h engine/prompt_cache.h engine/prompt_store.h engine/llama_runtime.h
-  engine/sampling.h engine/session.h engine/speculation.h engine/test_model.h engine/vet.h
+  engine/sampling.h engine/session.h engine/speculation.h engine/drafter.h engine/test_model.h engine/vet.h
   runtime/budget.h runtime/catalogue.h runtime/line.h runtime/model_entry.h runtime/model_life.h runtime/model_settings.h
   runtime/model_status.h runtime/registry.h runtime/registry_errors.h runtime/registry_options.h runtime/room.h runtime/vetter.h)
 foreach(h IN LISTS reclaim_public_headers)

@@ -175,6 +175,75 @@ TEST(Batcher, GuessesBesideOtherRequestsChangeNoTokenNoDrawAndNoStop) {
   EXPECT_EQ(request_entries(), 0u);
 }
 
+// A draft model's guesses: with a draft that is always right (the target's
+// extra layers add nothing) nearly every guess is kept and a step makes
+// several tokens; with an unrelated one nearly none is; either way each
+// request gets what it gets alone. The draft's weights and context are on
+// the ledger under the model, and go with it.
+TEST(Batcher, ADraftModelsGuessesChangeNoTokenAndSaveStepsWhereItIsRight) {
+  const reclaim::testing::DraftPair& pair = reclaim::testing::draft_pair();
+  const uint64_t entries_before = Ledger::process().totals().count;
+  std::vector<GenerateRequest> reqs = {request(kPrompts[0], 32), request(kPrompts[1], 32)};
+  ModelLoad target;
+  target.path = pair.target;
+  std::vector<GenerateResult> want;
+  {
+    Model m(target);
+    want = alone(m, reqs);
+  }
+  for (const std::string& draft : {pair.right, pair.wrong}) {
+    SCOPED_TRACE(draft);
+    Model model(target);
+    BatcherOptions bo = batching(2);
+    bo.speculation.kind = Speculation::Kind::draft;
+    bo.speculation.draft = draft;
+    bo.speculation.draft_max = 6;
+    Batcher& b = model.start_batcher(bo);
+    ASSERT_TRUE(b.speculates());
+    size_t draft_entries = 0;
+    for (const LedgerEntry& e : Ledger::process().entries()) draft_entries += e.owner.find("/draft") != std::string::npos;
+    EXPECT_GE(draft_entries, 2u) << "the draft's weights and context are not on the ledger under the model";
+    std::vector<std::future<GenerateResult>> got;
+    for (const GenerateRequest& r : reqs) got.push_back(std::async(std::launch::async, [&b, &r] { return b.generate(r); }));
+    int32_t guessed = 0, kept = 0;
+    size_t generated = 0;
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      const GenerateResult r = got[i].get();
+      expect_as_alone(want[i], r, "request " + std::to_string(i));
+      guessed += r.timings.draft_tokens;
+      kept += r.timings.draft_accepted;
+      generated += r.tokens.size();
+    }
+    ASSERT_GT(guessed, 0);
+    const double rate = static_cast<double>(kept) / guessed;
+    if (draft == pair.right) {
+      EXPECT_GT(rate, 0.8) << kept << " of " << guessed << " guesses kept";
+      EXPECT_LT(b.steps() * 2, generated) << "a step made fewer than two tokens";
+    } else {
+      EXPECT_LT(rate, 0.3) << kept << " of " << guessed << " guesses kept";
+    }
+    for (int32_t s = 0; s < b.n_seq(); ++s) EXPECT_TRUE(sequence_holds_its_cache(b, s)) << "sequence " << s;
+    EXPECT_EQ(request_entries(), 0u);
+  }
+  EXPECT_EQ(Ledger::process().totals().count, entries_before);
+}
+
+TEST(Batcher, ADraftOfAnotherVocabularyIsRefusedNamingIt) {
+  ModelLoad target;
+  target.path = reclaim::testing::draft_pair().target;
+  Model model(target);
+  BatcherOptions bo = batching(1);
+  bo.speculation.kind = Speculation::Kind::draft;
+  bo.speculation.draft = small_model("bpe");
+  try {
+    model.start_batcher(bo);
+    ADD_FAILURE() << "a bpe draft was taken for an spm model";
+  } catch (const InvalidModelFile& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot guess for this model"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(model.batcher(), nullptr);
+}
+
 TEST(Batcher, MoreRequestsThanSequencesWaitTheirTurn) {
   Model model(load());
   std::vector<GenerateRequest> reqs;

@@ -34,6 +34,32 @@ std::string config(const std::string& name, const std::string& text) {
   return path;
 }
 
+// A target whose last two layers add nothing, and its two drafts: the same
+// seed with two layers (always right) and another vocabulary (refused).
+struct Pair {
+  std::string target, right;
+};
+const Pair& pair() {
+  static const Pair p = [] {
+    Pair out{temp_path("serve-draft-target.gguf"), temp_path("serve-draft-right.gguf")};
+    const std::string shape = " --vocab bpe --embd 64 --type q8_0";
+    EXPECT_EQ(run("make-test-model --out " + out.target + shape + " --layers 4 --zero-layers-from 2").status, 0);
+    EXPECT_EQ(run("make-test-model --out " + out.right + shape + " --layers 2").status, 0);
+    return out;
+  }();
+  return p;
+}
+
+// The bytes on the ledger of every owner whose path holds `owner`.
+int64_t ledger_bytes_under(Served& s, const std::string& owner) {
+  int64_t bytes = 0;
+  const json owners = s.get("/v1/resources")["ledger"]["by_owner"];
+  for (const auto& [name, t] : owners.items()) {
+    if (name.find(owner) != std::string::npos) bytes += t["bytes"].get<int64_t>();
+  }
+  return bytes;
+}
+
 }  // namespace
 
 TEST(ServeSpeculation, AModelThatGuessesAnswersAsWithoutAndCountsItsGuesses) {
@@ -73,7 +99,7 @@ TEST(ServeSpeculation, ItsSettingsAreCheckedWhereTheyAreRead) {
   const Result bad_type = run("serve --port 0 -m " + bpe() + " --spec-type eagle");
   EXPECT_EQ(bad_type.status, 2) << bad_type.out;
   EXPECT_NE(bad_type.out.find("--spec-type"), std::string::npos) << bad_type.out;
-  EXPECT_NE(bad_type.out.find("none or ngram-simple"), std::string::npos) << bad_type.out;
+  EXPECT_NE(bad_type.out.find("none, ngram-simple or draft-simple"), std::string::npos) << bad_type.out;
   const Result too_many = run("serve --port 0 -m " + bpe() + " --draft-max 65");
   EXPECT_EQ(too_many.status, 2) << too_many.out;
   const Result crossed = run("serve --port 0 -m " + bpe() + " --draft-max 4 --draft-min 6");
@@ -82,8 +108,51 @@ TEST(ServeSpeculation, ItsSettingsAreCheckedWhereTheyAreRead) {
   const std::string m = "[models.a]\npath = \"" + bpe() + "\"\n";
   const Result file_type = run("serve --port 0 --config " + config("spec-bad.toml", m + "spec_type = \"medusa\"\n"));
   EXPECT_EQ(file_type.status, 2);
-  EXPECT_NE(file_type.out.find(":3: models.a.spec_type: must be none or ngram-simple"), std::string::npos) << file_type.out;
+  EXPECT_NE(file_type.out.find(":3: models.a.spec_type: must be none, ngram-simple or draft-simple"), std::string::npos) << file_type.out;
   const Result file_max = run("serve --port 0 --config " + config("spec-max.toml", m + "draft_max = 0\n"));
   EXPECT_EQ(file_max.status, 2);
   EXPECT_NE(file_max.out.find(":3: models.a.draft_max: must be 1..64"), std::string::npos) << file_max.out;
+}
+
+// A model's draft (--config's draft, -m ... --draft): the answer is the
+// model's own, nearly every guess of a draft that is always right is kept,
+// the draft's weights and context are on the ledger under the model and in
+// its estimate, and an unload takes them with it.
+TEST(ServeSpeculation, ADraftModelGuessesOnTheLedgerUnderItsModelAndGoesWithIt) {
+  const std::string path = config("draft.toml",
+                                  "[models.plain]\npath = \"" + pair().target + "\"\n"
+                                  "[models.drafted]\npath = \"" + pair().target + "\"\n"
+                                  "draft = \"" + pair().right + "\"\ndraft_max = 6\n");
+  Served s({"--config", path}, false);
+  const json plain = s.post_json("/v1/chat/completions", chat("plain"));
+  const json drafted = s.post_json("/v1/chat/completions", chat("drafted"));
+  Answers answers;
+  reclaim::GenerateResult without, with;
+  answers.add(plain["choices"][0], without);
+  answers.add(drafted["choices"][0], with);
+  expect_as_alone(without, with, "the model with a draft");
+  ASSERT_TRUE(drafted["timings"].contains("draft_n")) << drafted["timings"].dump();
+  const int n = drafted["timings"]["draft_n"], kept = drafted["timings"]["draft_n_accepted"];
+  EXPECT_GT(kept * 10, n * 8) << kept << " of " << n << " guesses kept";
+  EXPECT_GT(ledger_bytes_under(s, "model:drafted/draft"), 0)
+      << "the draft is not on the ledger under its model: " << s.get("/v1/resources")["ledger"]["by_owner"].dump();
+  EXPECT_GT(s.model("drafted")["estimate"].get<int64_t>(), s.model("plain")["estimate"].get<int64_t>())
+      << "the draft is not in the model's estimate";
+  s.post("/v1/models/unload", {{"model", "drafted"}});
+  EXPECT_TRUE(s.until([&] { return s.model("drafted")["state"] == "unloaded"; }));
+  EXPECT_EQ(ledger_bytes_under(s, "model:drafted"), 0);
+  s.post("/v1/models/unload", {{"model", "plain"}});
+  s.expect_clean();
+}
+
+TEST(ServeSpeculation, ADraftOfAnotherVocabularyIsA422AndTheServerServesOn) {
+  Served s({"-m", pair().target + ":t", "--draft", spm()}, false);
+  expect_error(s.post("/v1/chat/completions", chat("t")), 422, "cannot guess for this model");
+  EXPECT_EQ(s.get("/health")["status"], "ok");
+  const Result missing = run("serve --port 0 -m " + pair().target + " --draft " + temp_path("no-draft.gguf"));
+  EXPECT_EQ(missing.status, 2) << missing.out;
+  const Result needs = run("serve --port 0 -m " + pair().target + " --spec-type draft-simple");
+  EXPECT_EQ(needs.status, 2) << needs.out;
+  EXPECT_NE(needs.out.find("needs --draft FILE"), std::string::npos) << needs.out;
+  s.expect_clean();
 }

@@ -27,6 +27,33 @@ inline const std::string& small_model(const std::string& vocab) {
   return made.emplace(vocab, path).first->second;
 }
 
+// A speculative decoding pair on the spm vocabulary: `target` has 4
+// layers, the last two adding nothing, so its logits are those of `right`
+// (the same seed with 2 layers), a draft that is always right; `wrong` has
+// another seed, a draft that is nearly never right.
+struct DraftPair {
+  std::string target, right, wrong;
+};
+inline const DraftPair& draft_pair() {
+  static const DraftPair pair = [] {
+    DraftPair p{temp_path("draft-target.gguf"), temp_path("draft-right.gguf"), temp_path("draft-wrong.gguf")};
+    TestModelSpec s;
+    s.vocab = "spm";
+    s.n_embd = 64;
+    s.n_ctx_train = 2048;
+    s.n_layer = 4;
+    s.zero_layers_from = 2;
+    make_test_model(s, p.target);
+    s.n_layer = 2;
+    s.zero_layers_from = -1;
+    make_test_model(s, p.right);
+    s.seed = 2;
+    make_test_model(s, p.wrong);
+    return p;
+  }();
+  return pair;
+}
+
 // How the engine tests load it.
 inline ModelLoad small_load(const std::string& vocab = "spm") {
   ModelLoad l;

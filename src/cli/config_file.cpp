@@ -17,7 +17,7 @@ namespace {
 using nlohmann::json;
 
 const char* const kKeys =
-    "path, aliases, ctx, parallel, threads, gpu_layers, pooling, spec_type, draft_max, draft_min, chat_template, jinja, "
+    "path, aliases, ctx, parallel, threads, gpu_layers, pooling, spec_type, draft, draft_max, draft_min, chat_template, jinja, "
     "system, keep_alive, pin, preload, defaults";
 
 class Reader {
@@ -122,6 +122,9 @@ class Reader {
         s.spec_type = string(v, key);
         Speculation::Kind kind;
         if (!speculation_from_name(*s.spec_type, kind)) fail(v, key, std::string("must be ") + kSpeculationNames);
+      } else if (field == "draft") {
+        s.draft = string(v, key);
+        if (s.draft->empty()) fail(v, key, "is empty");
       } else if (field == "draft_max") {
         s.draft_max = integer(v, key, 1, kMaxDraft);
       } else if (field == "draft_min") {
@@ -147,6 +150,7 @@ class Reader {
       }
     }
     if (spec.path.empty()) fail(node, at, "has no 'path'");
+    if (s.spec_type == "draft-simple" && !s.draft) fail(node, at + ".spec_type", "draft-simple needs a 'draft' model file");
     return spec;
   }
 

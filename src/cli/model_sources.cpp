@@ -52,6 +52,11 @@ std::vector<ModelSpec> models_in_config(const std::string& file) {
     } catch (const std::exception& e) {
       throw Error(file + ": models." + m.name + ".path: " + e.what());
     }
+    try {
+      if (m.settings.draft) check_model_file(*m.settings.draft);
+    } catch (const std::exception& e) {
+      throw Error(file + ": models." + m.name + ".draft: " + e.what());
+    }
     out.push_back(std::move(m));
   }
   return out;
@@ -67,7 +72,8 @@ std::string folder_stamp(const std::string& dir) {
 
 }  // namespace
 
-std::vector<ModelSpec> models_from_flags(const std::vector<std::string>& models) {
+std::vector<ModelSpec> models_from_flags(const std::vector<std::string>& models, const std::string& draft) {
+  if (!draft.empty()) check_model_file(draft);
   std::vector<ModelSpec> out;
   for (const std::string& m : models) {
     std::string path = m, alias;
@@ -85,6 +91,7 @@ std::vector<ModelSpec> models_from_flags(const std::vector<std::string>& models)
       if (alias.size() > 5 && alias.substr(alias.size() - 5) == ".gguf") alias.resize(alias.size() - 5);
     }
     out.push_back({alias, path, false});
+    if (!draft.empty()) out.back().settings.draft = draft;
   }
   return out;
 }
@@ -123,7 +130,7 @@ ModelSpec store_model_spec(const StoreModel& m, StoreKind kind, std::vector<std:
   return spec;
 }
 
-ModelSources::ModelSources(SourceArgs a) : a_(std::move(a)), stores_(a_.stores), flags_(models_from_flags(a_.models)) {
+ModelSources::ModelSources(SourceArgs a) : a_(std::move(a)), stores_(a_.stores), flags_(models_from_flags(a_.models, a_.draft)) {
   now_ = read_changing(nullptr);
   empty_at_start_ = flags_.empty() && now_.folder.empty() && now_.config.empty() && now_.stores.empty();
 }

@@ -18,6 +18,7 @@ namespace reclaim::cli {
 
 struct SourceArgs {
   std::vector<std::string> models;  // -m PATH[:ALIAS]
+  std::string draft;                // --draft FILE: the draft model of those
   std::string models_dir, config;
   std::vector<std::string> pins;
   std::vector<Store> stores;  // in the order named: an earlier one's name wins
@@ -27,7 +28,8 @@ struct SourceArgs {
 // is all after the first ".gguf:", so that it may hold colons (qwen2.5:7b)
 // and the folders a colon; a file not named .gguf takes its alias after the
 // last colon that no '/' follows.
-std::vector<ModelSpec> models_from_flags(const std::vector<std::string>& models);
+// `draft`, when not empty, is each one's draft model (speculative decoding).
+std::vector<ModelSpec> models_from_flags(const std::vector<std::string>& models, const std::string& draft = "");
 
 // A store's models as the registry takes them: Ollama's params as request
 // defaults (stop, temperature, top_p, top_k, min_p, seed, repeat_penalty,

@@ -61,6 +61,7 @@ struct Args {
   std::string cache_ram = "2GiB";
   std::string pooling;
   std::string spec_type = "none";
+  std::string draft;
   Speculation speculation;
   std::string unload_timeout = "30s", shutdown_timeout = "30s", chat_template, load_mode = "mmap", vet_timeout = "10m";
   std::string default_model;
@@ -189,6 +190,7 @@ void serve_until_stopped(RegistryOptions opts, ModelSources& sources, server::Se
 SourceArgs source_args(const Args& a) {
   SourceArgs s;
   s.models = a.models;
+  s.draft = a.draft;
   s.models_dir = a.models_dir;
   s.config = a.config;
   s.pins = a.pins;
@@ -242,6 +244,12 @@ RegistryOptions registry_options(const Args& a) {
   opts.pooling = a.pooling;
   opts.speculation = a.speculation;
   speculation_from_name(a.spec_type, opts.speculation.kind);  // checked by its option
+  if (opts.speculation.kind == Speculation::Kind::draft && a.draft.empty()) {
+    throw Error("--spec-type draft-simple needs --draft FILE (a draft model for the -m models)");
+  }
+  // The draft is the -m models' own setting (model_sources.h); others guess
+  // only where their own settings say.
+  if (opts.speculation.kind == Speculation::Kind::draft) opts.speculation.kind = Speculation::Kind::none;
   if (opts.speculation.draft_min > opts.speculation.draft_max) {
     throw Error("--draft-min (" + std::to_string(opts.speculation.draft_min) + ") is above --draft-max (" +
                 std::to_string(opts.speculation.draft_max) + ")");
@@ -482,6 +490,8 @@ Command add_serve(CLI::App& app) {
             return speculation_from_name(v, k) ? std::string() : std::string("must be ") + kSpeculationNames;
           },
           "TYPE"));
+  sub->add_option("--draft,--model-draft", a->draft,
+                  "a draft model of the same vocabulary for the -m models: its greedy picks are their guesses (draft-simple)");
   sub->add_option("--draft-max,--spec-draft-n-max", a->speculation.draft_max, "the most tokens a step guesses")
       ->capture_default_str()->check(CLI::Range(1, kMaxDraft));
   sub->add_option("--draft-min,--spec-draft-n-min", a->speculation.draft_min, "the fewest tokens worth guessing (a shorter guess is not decoded)")

@@ -25,7 +25,10 @@ llama_context_params batch_context_params(const BatcherOptions& o, int32_t n_ctx
   // and one for each token it guesses.
   if (o.speculation.on()) validate(o.speculation);
   const int32_t rows = 1 + (o.speculation.on() ? o.speculation.draft_max : 0);
-  if (!cp.embeddings) cp.n_outputs_max = static_cast<uint32_t>(o.n_seq * rows);
+  if (!cp.embeddings) {
+    cp.n_outputs_max = static_cast<uint32_t>(o.n_seq * rows);
+    cp.n_outputs_max_per_seq = static_cast<uint32_t>(rows);
+  }
   cp.kv_unified = false;
   return cp;
 }
@@ -72,7 +75,13 @@ struct Batcher::Job {
 };
 
 Batcher::Batcher(Model& model, const BatcherOptions& o)
-    : model_(model), scope_(model.scope(), "batch", ScopeOptions{.release_heap_on_close = true}),
+    : model_(model),
+      drafter_(o.speculation.kind == Speculation::Kind::draft && can_speculate(model.get())
+                   ? std::make_unique<Drafter>(model, o.speculation.draft, o.n_seq,
+                                               o.session.n_ctx > 0 ? o.session.n_ctx : model.info().n_ctx_train,
+                                               o.session.n_batch)
+                   : nullptr),
+      scope_(model.scope(), "batch", ScopeOptions{.release_heap_on_close = true}),
       n_seq_(o.n_seq),
       spec_(can_speculate(model.get()) ? o.speculation : Speculation{}),
       decode_(o.decode ? o.decode : llama_decode) {
@@ -94,6 +103,9 @@ Batcher::Batcher(Model& model, const BatcherOptions& o)
   in_batch_.reserve(static_cast<size_t>(n_seq_));
   held_.reserve(static_cast<size_t>(n_seq_));
   stepped_.reserve(static_cast<size_t>(n_seq_));
+  asks_.reserve(static_cast<size_t>(n_seq_));
+  // An unload stops the draft's decodes as it stops the batch's.
+  if (drafter_) llama_set_abort_callback(drafter_->context(), abort_poll, this);
   // Armed after the context, so it is released first: the thread is joined
   // before the context it decodes on is freed. An unload reaches it by
   // closing the model's scope, which closes this one.
@@ -288,7 +300,10 @@ void Batcher::retire(Job& job, bool cancelled) noexcept {
         // No memory for the list of its tokens: the cells cannot be matched.
       }
     }
-    if (!kept) cache_->drop(ctx_.get(), job.seq);
+    if (!kept) {
+      cache_->drop(ctx_.get(), job.seq);
+      if (drafter_) drafter_->forget(job.seq);
+    }
   }
   if (cancelled) {
     job.result->finish = FinishReason::cancelled;
@@ -463,6 +478,7 @@ bool Batcher::step() {
     return true;
   }
   for (Job* j : stepped) advance(*j);
+  draft_guesses();
   return true;
 }
 
@@ -545,7 +561,25 @@ void Batcher::guess_next(Job& j) {
   if (const int32_t max_tokens = j.gen->max_tokens(); max_tokens >= 0) {
     n_max = std::min(n_max, max_tokens - static_cast<int32_t>(j.result->tokens.size()) - 1);
   }
-  ngram_guess(spec_, j.history, j.next, n_max, j.guess);
+  if (!drafter_) {
+    ngram_guess(spec_, j.history, j.next, n_max, j.guess);
+  } else if (n_max >= std::max(1, spec_.draft_min)) {
+    asks_.push_back(Drafter::Ask{j.seq, &j.history, j.next, n_max, &j.guess});
+  }
+}
+
+void Batcher::draft_guesses() {
+  if (asks_.empty()) return;
+  // The jobs asking are in their slots until their next step: only this
+  // thread retires them.
+  const bool done = drafter_->guess(asks_, [this](llama_context* c, llama_batch b) {
+    DecodeTurn turn(model_);
+    return llama_decode(c, b);
+  });
+  for (Drafter::Ask& q : asks_) {
+    if (!done || static_cast<int32_t>(q.guess->size()) < spec_.draft_min) q.guess->clear();
+  }
+  asks_.clear();
 }
 
 void Batcher::report_progress(Job& j, bool first) {

@@ -32,6 +32,7 @@
 #include "core/scope.h"
 #include "core/scoped_thread.h"
 #include "engine/generate.h"
+#include "engine/drafter.h"
 #include "engine/owners.h"
 #include "engine/prompt_cache.h"
 #include "engine/session.h"
@@ -118,8 +119,10 @@ class Batcher {
   // row sample their next token (and the tokens after its guesses, while
   // the model picks what was guessed).
   void advance(Job& j);
-  // The guess a job decodes after its next token in the coming step.
+  // The guess a job decodes after its next token in the coming step: the
+  // n-gram lookup's now, or an ask of the draft model's after the step.
   void guess_next(Job& j);
+  void draft_guesses();
   // A prompt progress report for the job's caller, if it wants them.
   void report_progress(Job& j, bool first);
   void admit();
@@ -129,6 +132,9 @@ class Batcher {
   static bool abort_poll(void* data);
 
   Model& model_;
+  // Before the batch's scope, and so closed after it: the decode thread,
+  // which the batch's scope joins, is its only user.
+  std::unique_ptr<Drafter> drafter_;
   Scope scope_;
   ScopedRef<llama_context> ctx_;
   ScopedRef<llama_batch> batch_;
@@ -149,6 +155,7 @@ class Batcher {
   // thread may not allocate outside a step (it would have no one to tell).
   std::vector<Job*> held_;
   std::vector<Job*> stepped_;  // the last step's jobs, swapped with in_batch_
+  std::vector<Drafter::Ask> asks_;  // the step's guesses for the draft model, reserved
   std::atomic<uint64_t> steps_{0}, tokens_{0}, busy_{0}, guesses_{0}, guessed_{0}, kept_{0};
   // On the batch's scope, released before the context it decodes on (it
   // was armed after it); its stack goes with it (core/stack_thread.h).

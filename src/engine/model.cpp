@@ -30,6 +30,7 @@ Model::Model(const ModelLoad& load, Scope* parent) : device_(hold_devices()), mo
   // If the load throws, scope_'s destructor closes whatever it got.
   model_ = load_model(*scope_, load, &entry_bytes_);
   n_threads_ = load.n_threads > 0 ? load.n_threads : default_threads();
+  n_gpu_layers_ = load.n_gpu_layers;
   pooling_ = load.pooling;
   // With its layers on an accelerator the CPU's part of a step is small (the
   // token embeddings), and workers that spin after it take the cores from

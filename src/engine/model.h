@@ -45,6 +45,7 @@ class Model {
   const llama_vocab* vocab() const { return llama_model_get_vocab(model_.get()); }
   const ModelInfo& info() const { return info_; }
   LoadMode mode() const { return mode_; }
+  int32_t n_gpu_layers() const { return n_gpu_layers_; }  // as the load asked
   // Where sessions of this model open their scopes.
   Scope& scope() { return *scope_; }
   ggml_threadpool* threadpool() const { return pool_.get(); }  // null with one thread
@@ -79,6 +80,7 @@ class Model {
   std::unique_ptr<Batcher> batcher_;
   ModelInfo info_;
   LoadMode mode_;
+  int32_t n_gpu_layers_ = -1;
   int32_t n_threads_ = 1;
   std::optional<enum llama_pooling_type> pooling_;
   bool cpu_pool_ = false;  // counted among the pools that take turns

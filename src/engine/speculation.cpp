@@ -13,6 +13,8 @@ bool speculation_from_name(const std::string& name, Speculation::Kind& out) {
     out = Speculation::Kind::none;
   } else if (name == "ngram-simple") {
     out = Speculation::Kind::ngram;
+  } else if (name == "draft-simple") {
+    out = Speculation::Kind::draft;
   } else {
     return false;
   }
@@ -23,11 +25,13 @@ const char* speculation_name(Speculation::Kind kind) {
   switch (kind) {
     case Speculation::Kind::none: return "none";
     case Speculation::Kind::ngram: return "ngram-simple";
+    case Speculation::Kind::draft: return "draft-simple";
   }
   return "?";
 }
 
 void validate(const Speculation& s) {
+  if (s.kind == Speculation::Kind::draft && s.draft.empty()) throw Error("draft-simple needs a draft model's file");
   if (s.draft_max < 1 || s.draft_max > kMaxDraft) {
     throw Error("draft_max must be 1.." + std::to_string(kMaxDraft) + ", not " + std::to_string(s.draft_max));
   }

@@ -7,11 +7,13 @@
 // a step (the weights are read once for all its rows), a wrong one costs a
 // row.
 //
-// Guesses here come from the sequence itself: the tokens that followed the
-// last time its latest n tokens appeared (llama-server's ngram-simple, by the
+// Guesses come from the sequence itself: the tokens that followed the last
+// time its latest n tokens appeared (llama-server's ngram-simple, by the
 // pinned common library's own lookup). Text that repeats what it read (code
 // edits, quotes, a summary of a list) guesses right often; prose rarely, and
-// a step with no guess costs nothing more.
+// a step with no guess costs nothing more. Or from a draft model, a small
+// one of the same vocabulary run greedily (engine/drafter.h): each guess
+// costs its decode, and pays where the two models agree.
 #pragma once
 
 #include <cstdint>
@@ -23,8 +25,9 @@
 namespace reclaim {
 
 struct Speculation {
-  enum class Kind { none, ngram };
+  enum class Kind { none, ngram, draft };
   Kind kind = Kind::none;
+  std::string draft;  // the draft model's file (Kind::draft)
   // The most tokens guessed in one step, and the fewest worth a step's rows
   // (a shorter guess is not decoded).
   int32_t draft_max = 16;
@@ -38,11 +41,11 @@ struct Speculation {
   bool operator==(const Speculation&) const = default;
 };
 
-// "none" or "ngram-simple" (llama-server's --spec-type names) into `out`;
-// false for any other name.
+// "none", "ngram-simple" or "draft-simple" (llama-server's --spec-type
+// names) into `out`; false for any other name.
 bool speculation_from_name(const std::string& name, Speculation::Kind& out);
 const char* speculation_name(Speculation::Kind kind);
-inline constexpr const char* kSpeculationNames = "none or ngram-simple";
+inline constexpr const char* kSpeculationNames = "none, ngram-simple or draft-simple";
 // The most tokens a step may guess: that many more rows of logits for each
 // sequence, past any guess that pays on the CPU (a row costs about as much
 // as a one-token step once the matrix products stop being bound by reads).

@@ -150,6 +150,10 @@ BatcherOptions Catalogue::batching_of(const ModelEntry& e) const {
   if (s.spec_type) speculation_from_name(*s.spec_type, b.speculation.kind);
   if (s.draft_max) b.speculation.draft_max = *s.draft_max;
   if (s.draft_min) b.speculation.draft_min = *s.draft_min;
+  if (s.draft) {
+    b.speculation.kind = Speculation::Kind::draft;
+    b.speculation.draft = *s.draft;
+  }
   // A model's own fewest may be above the server's most, or the reverse.
   b.speculation.draft_min = std::min(b.speculation.draft_min, b.speculation.draft_max);
   return b;
@@ -166,6 +170,17 @@ int Catalogue::max_running_of(const ModelEntry& e) const {
 llama_context_params Catalogue::context_params(const ModelEntry& e) const {
   const int32_t n = e.spec.settings.n_threads.value_or(options_.n_threads);
   return batch_context_params(batching_of(e), 0, n > 0 ? n : default_threads());
+}
+
+std::optional<VetRequest> Catalogue::draft_vet_request(const ModelEntry& e) const {
+  const BatcherOptions b = batching_of(e);
+  if (b.speculation.kind != Speculation::Kind::draft) return std::nullopt;
+  const int32_t n = e.spec.settings.n_threads.value_or(options_.n_threads);
+  VetRequest q;
+  q.path = b.speculation.draft;
+  q.n_gpu_layers = e.spec.settings.n_gpu_layers.value_or(options_.n_gpu_layers);
+  q.context = draft_context_params(b.n_seq, b.session.n_ctx, b.session.n_batch, n > 0 ? n : default_threads());
+  return q;
 }
 
 VetRequest Catalogue::vet_request(const ModelEntry& e) const {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <list>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,8 @@ class Catalogue {
   // The context a load plans for, in the estimate and the vetting.
   llama_context_params context_params(const ModelEntry& e) const;
   VetRequest vet_request(const ModelEntry& e) const;
+  // Its draft model's, when it has one (engine/drafter.h).
+  std::optional<VetRequest> draft_vet_request(const ModelEntry& e) const;
 
  private:
   const RegistryOptions& options_;

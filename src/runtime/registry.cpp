@@ -94,13 +94,14 @@ void Registry::set_pinned(const std::string& name, bool pinned) {
 int64_t Registry::estimate_for_locked(std::unique_lock<std::mutex>& lock, Entry& e) {
   ModelLoad load = model_load(e);
   const VetRequest vet = catalogue_.vet_request(e);
+  const std::optional<VetRequest> draft = catalogue_.draft_vet_request(e);
   const llama_context_params& cp = vet.context;
   lock.unlock();
   // The estimate loads the file's metadata and vocab and plans a context,
   // about as long as the load itself (400 ms of a 1.1 s swap to a 151,936-
   // token model, bench/swap); the options never change, so a reload of the
   // same file takes the last one.
-  const std::string identity = file_identity(load.path);
+  const std::string identity = file_identity(load.path) + (draft ? "|draft " + file_identity(draft->path) : "");
   lock.lock();
   if (!identity.empty() && identity == e.estimated_file && e.estimate > 0) return e.estimate;
   lock.unlock();
@@ -111,12 +112,21 @@ int64_t Registry::estimate_for_locked(std::unique_lock<std::mutex>& lock, Entry&
     // die of it; their estimate is the one this process would make. This
     // returns once a child has loaded the file; load_locked waits for the
     // rest of the verdict before it makes a context.
-    MemoryEstimate m = options_.vetter ? options_.vetter->vet_to_load(vet).estimate : estimate_memory(load, cp);
-    model_estimate = m.model_host + m.model_device;
-    estimate = m.model_host + m.model_device + m.model_overhead +
-               m.per_context_host() + m.context_device + m.compute_device;  // the batch's one context
-    estimate_at[kHostMemory] = m.model_host + m.model_overhead + m.per_context_host();
-    for (const auto& [device, bytes] : m.device_by_name) estimate_at[device] = bytes;
+    // A draft model is vetted and estimated as the model is: its weights and
+    // its one context are the model's too.
+    const auto add = [&](const MemoryEstimate& m) {
+      model_estimate += m.model_host + m.model_device;
+      estimate += m.model_host + m.model_device + m.model_overhead + m.per_context_host() + m.context_device +
+                  m.compute_device;  // the batch's one context
+      estimate_at[kHostMemory] += m.model_host + m.model_overhead + m.per_context_host();
+      for (const auto& [device, bytes] : m.device_by_name) estimate_at[device] += bytes;
+    };
+    add(options_.vetter ? options_.vetter->vet_to_load(vet).estimate : estimate_memory(load, cp));
+    if (draft) {
+      ModelLoad draft_load = load;
+      draft_load.path = draft->path;
+      add(options_.vetter ? options_.vetter->vet_to_load(*draft).estimate : estimate_memory(draft_load, draft->context));
+    }
   } catch (const std::exception& ex) {
     lock.lock();
     e.last_error = ex.what();
@@ -159,8 +169,11 @@ void Registry::load_locked(std::unique_lock<std::mutex>& lock, Entry& e, int64_t
   const ModelLoad load = model_load(e);
   BatcherOptions batching = catalogue_.batching_of(e);
   batching.cache_ram = static_cast<uint64_t>(prompt_cache_cap(catalogue_.entries(), options_, 1));
-  std::optional<VetRequest> vet;
-  if (options_.vetter) vet = catalogue_.vet_request(e);
+  std::optional<VetRequest> vet, draft_vet;
+  if (options_.vetter) {
+    vet = catalogue_.vet_request(e);
+    draft_vet = catalogue_.draft_vet_request(e);
+  }
   lock.unlock();
   const Steady::time_point t0 = Steady::now();
   std::unique_ptr<Model> model;
@@ -169,6 +182,7 @@ void Registry::load_locked(std::unique_lock<std::mutex>& lock, Entry& e, int64_t
     // The file loads (a child loaded it first); whether it decodes, a child
     // may still be finding out while this process loaded it.
     if (vet) (void)options_.vetter->vet(*vet);
+    if (draft_vet) (void)options_.vetter->vet(*draft_vet);
     model->start_batcher(batching);
   } catch (const std::exception& ex) {
     lock.lock();

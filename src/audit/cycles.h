@@ -21,13 +21,16 @@ namespace reclaim::audit {
 // its prompt is being decoded.
 // The serve-* ones are `reclaim serve`'s path (Registry, Batcher; audit/
 // serve_plan.h says what each asks for).
+// serve-draft: serve-vanish's waves on a model with a draft model (--draft,
+// default: the model itself, which guesses right), a third of the later
+// requests cancelled and a third losing their clients.
 // device-idle: load, prompt and free on the accelerator, then its runtime
 // state is released (engine/device_life.h); measured against the process
 // before the device's first use, with no warm-up. Not in "all": it needs an
 // accelerator.
 enum class Scenario {
   load_free, load_prompt_free, load_abort, generate, cancel, device_idle,
-  serve, serve_cancel, serve_vanish, serve_swap, serve_drain, serve_unload_cancel, serve_chat, serve_embed
+  serve, serve_cancel, serve_vanish, serve_swap, serve_drain, serve_unload_cancel, serve_chat, serve_embed, serve_draft
 };
 const char* scenario_name(Scenario s);
 Scenario scenario_from_name(const std::string& name);  // throws Error
@@ -35,7 +38,7 @@ inline constexpr Scenario kAllScenarios[] = {
     Scenario::load_free,    Scenario::load_prompt_free, Scenario::load_abort, Scenario::generate,
     Scenario::cancel,       Scenario::serve,            Scenario::serve_cancel, Scenario::serve_vanish,
     Scenario::serve_swap,   Scenario::serve_drain,      Scenario::serve_unload_cancel, Scenario::serve_chat,
-    Scenario::serve_embed};
+    Scenario::serve_embed,  Scenario::serve_draft};
 inline constexpr Scenario kDeviceScenarios[] = {Scenario::device_idle};
 bool has_requests(Scenario s);
 bool is_serve(Scenario s);  // through the Registry and the Batcher
@@ -53,8 +56,10 @@ struct CycleOptions {
   uint32_t seed = 1;        // cancel: where the requests are cancelled
   int parallel = 2;         // serve-*: sequences of the model's batch
   int gpu_layers = -1;      // layers on the accelerator (-1: all, where there is one)
+  std::string draft;        // serve-draft: the draft model (empty: the model itself)
   std::string test_leak;    // test-only: "heap", "fd" or "ledger" leaks on purpose each cycle
 };
+inline const std::string& draft_of(const CycleOptions& o) { return o.draft.empty() ? o.model : o.draft; }
 nlohmann::json to_json(const CycleOptions& o);
 CycleOptions cycle_options_from_json(const nlohmann::json& j);
 

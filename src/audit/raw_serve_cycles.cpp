@@ -5,7 +5,11 @@
 // prompts that fit. A request cancelled or whose client left has its
 // sequence removed where reclaim's would stop (after its prompt, at its
 // step); a swap frees one model and loads the other; an unload frees the
-// context and the model, in cancel mode in the middle of a group.
+// context and the model, in cancel mode in the middle of a group. With a
+// draft model (serve-draft), as llama.cpp's speculative example does it: a
+// second model and context beside the first, whose greedy picks each step
+// are decoded after the sequence's next token and kept while the model picks
+// them, the cells of the rest dropped in both contexts.
 #include <llama.h>
 
 #include <algorithm>
@@ -22,16 +26,24 @@ namespace reclaim::audit {
 
 namespace {
 
+// serve-draft: the tokens a step guesses, as reclaim's --draft-max would
+// allow at most.
+constexpr int kRawGuess = 4;
+
 struct Loaded {
   llama_model* model = nullptr;
   llama_context* ctx = nullptr;
+  llama_model* draft = nullptr;  // serve-draft's
+  llama_context* draft_ctx = nullptr;
   int which = -1;  // the plan's model index
 
   void free() {
+    if (draft_ctx) llama_free(draft_ctx);
+    if (draft) llama_model_free(draft);
     if (ctx) llama_free(ctx);
     if (model) llama_model_free(model);
-    ctx = nullptr;
-    model = nullptr;
+    draft_ctx = ctx = nullptr;
+    draft = model = nullptr;
     which = -1;
   }
 };
@@ -41,6 +53,14 @@ void load(Loaded& l, const CycleOptions& o, int which, int threads) {
   if (!l.model) throw Error("raw side: cannot load '" + o.model + "'");
   l.ctx = llama_init_from_model(l.model, serve_context_params(o, threads));
   if (!l.ctx) throw Error("raw side: cannot create a context");
+  // As reclaim: a model with recurrent state decodes without guesses.
+  if (o.scenario == Scenario::serve_draft && !llama_model_is_recurrent(l.model) && !llama_model_is_hybrid(l.model)) {
+    const std::string path = draft_of(o);
+    l.draft = llama_model_load_from_file(path.c_str(), raw_model_params(o));
+    if (!l.draft) throw Error("raw side: cannot load the draft '" + path + "'");
+    l.draft_ctx = llama_init_from_model(l.draft, serve_context_params(o, threads));
+    if (!l.draft_ctx) throw Error("raw side: cannot create the draft's context");
+  }
   l.which = which;
 }
 
@@ -51,7 +71,44 @@ struct Seq {
   int n_past = 0, generated = 0, row = -1, n_in_step = 0;
   bool prompt_done = false, live = true;
   llama_token next = -1;
+  // serve-draft: the tokens in its cells, the guess after `next`, and its
+  // cells in the draft's context that hold a prefix of `tokens`.
+  std::vector<llama_token> tokens, guess;
+  int draft_past = 0;
 };
+
+void add(llama_batch& batch, llama_token t, int pos, int seq, bool logits) {
+  const int i = batch.n_tokens++;
+  batch.token[i] = t;
+  batch.pos[i] = pos;
+  batch.n_seq_id[i] = 1;
+  batch.seq_id[i][0] = seq;
+  batch.logits[i] = logits;
+}
+
+llama_token greedy(llama_context* ctx, int row) {
+  const float* logits = llama_get_logits_ith(ctx, row);
+  const int n = llama_vocab_n_tokens(llama_model_get_vocab(llama_get_model(ctx)));
+  return static_cast<llama_token>(std::max_element(logits, logits + n) - logits);
+}
+
+// The draft reads what it lacks of the sequence's tokens and its next one,
+// then picks kRawGuess tokens, decoding each but the last.
+void raw_guess(llama_context* draft, llama_batch& batch, Seq& q, int seq) {
+  llama_memory_seq_rm(llama_get_memory(draft), seq, q.draft_past, -1);
+  batch.n_tokens = 0;
+  for (int p = q.draft_past; p < static_cast<int>(q.tokens.size()); ++p) add(batch, q.tokens[static_cast<size_t>(p)], p, seq, false);
+  add(batch, q.next, static_cast<int>(q.tokens.size()), seq, true);
+  q.draft_past = static_cast<int>(q.tokens.size()) + 1;
+  q.guess.clear();
+  for (;;) {
+    if (llama_decode(draft, batch) != 0) throw Error("raw side: the draft's llama_decode failed");
+    q.guess.push_back(greedy(draft, batch.n_tokens - 1));
+    if (static_cast<int>(q.guess.size()) == kRawGuess) return;
+    batch.n_tokens = 0;
+    add(batch, q.guess.back(), q.draft_past++, seq, true);
+  }
+}
 
 struct GroupCounts {
   int cancelled_in_prompt = 0, cancelled_in_generation = 0, not_cancelled = 0;
@@ -59,8 +116,8 @@ struct GroupCounts {
 
 // One group of at most `parallel` requests, to their ends; `stop_at_step` >
 // 0: all of them stop after that many decodes (an unload in cancel mode).
-GroupCounts run_group(llama_context* ctx, const llama_vocab* vocab, const std::vector<const ServeRequest*>& group,
-                      const CycleOptions& o, int stop_at_step) {
+GroupCounts run_group(llama_context* ctx, llama_context* draft, const llama_vocab* vocab,
+                      const std::vector<const ServeRequest*>& group, const CycleOptions& o, int stop_at_step) {
   GroupCounts counts;
   llama_memory_t mem = llama_get_memory(ctx);
   llama_batch batch = llama_batch_init(o.n_ctx, 0, 1);
@@ -73,6 +130,7 @@ GroupCounts run_group(llama_context* ctx, const llama_vocab* vocab, const std::v
   }
   auto end = [&](Seq& q, bool cancelled) {
     llama_memory_seq_rm(mem, static_cast<llama_seq_id>(&q - seqs.data()), -1, -1);
+    if (draft) llama_memory_seq_rm(llama_get_memory(draft), static_cast<llama_seq_id>(&q - seqs.data()), -1, -1);
     q.live = false;
     if (!cancelled) {
       ++counts.not_cancelled;
@@ -83,15 +141,11 @@ GroupCounts run_group(llama_context* ctx, const llama_vocab* vocab, const std::v
     }
   };
   for (int step = 0;; ++step) {
+    // Each guess first, in the draft's own batches.
+    for (size_t s = 0; draft && s < seqs.size(); ++s) {
+      if (seqs[s].live && seqs[s].prompt_done) raw_guess(draft, batch, seqs[s], static_cast<int>(s));
+    }
     batch.n_tokens = 0;
-    auto add = [&](llama_token t, int pos, int seq, bool logits) {
-      const int i = batch.n_tokens++;
-      batch.token[i] = t;
-      batch.pos[i] = pos;
-      batch.n_seq_id[i] = 1;
-      batch.seq_id[i][0] = seq;
-      batch.logits[i] = logits;
-    };
     for (size_t s = 0; s < seqs.size(); ++s) {
       Seq& q = seqs[s];
       q.n_in_step = 0;
@@ -99,10 +153,15 @@ GroupCounts run_group(llama_context* ctx, const llama_vocab* vocab, const std::v
       if (!q.live) continue;
       if (q.prompt_done) {
         q.row = batch.n_tokens;
-        q.n_in_step = 1;
-        add(q.next, q.n_past, static_cast<int>(s), true);
+        add(batch, q.next, q.n_past, static_cast<int>(s), true);
+        for (size_t k = 0; draft && k < q.guess.size(); ++k) {
+          add(batch, q.guess[k], q.n_past + 1 + static_cast<int>(k), static_cast<int>(s), true);
+        }
+        q.n_in_step = batch.n_tokens - q.row;
       } else if (const auto n_prompt = static_cast<int>(q.prompt.size()); batch.n_tokens + n_prompt <= o.n_ctx) {
-        for (int k = 0; k < n_prompt; ++k) add(q.prompt[static_cast<size_t>(k)], k, static_cast<int>(s), k == n_prompt - 1);
+        for (int k = 0; k < n_prompt; ++k) {
+          add(batch, q.prompt[static_cast<size_t>(k)], k, static_cast<int>(s), k == n_prompt - 1);
+        }
         q.row = batch.n_tokens - 1;
         q.n_in_step = n_prompt;
       }
@@ -111,24 +170,41 @@ GroupCounts run_group(llama_context* ctx, const llama_vocab* vocab, const std::v
     if (llama_decode(ctx, batch) != 0) throw Error("raw side: llama_decode failed");
     for (Seq& q : seqs) {
       if (q.n_in_step == 0) continue;
-      q.n_past += q.n_in_step;
       const bool was_prompt = !q.prompt_done;
+      const int written = q.n_past + q.n_in_step;
+      q.n_past += was_prompt ? q.n_in_step : 1;
       q.prompt_done = true;
+      if (draft) {
+        if (was_prompt) q.tokens = q.prompt;
+        else q.tokens.push_back(q.next);
+      }
       const RequestEnd how = q.req->end;
       if (was_prompt && how == RequestEnd::cancel && q.req->plan.in_prompt) {
         end(q, true);
         continue;
       }
-      const llama_token t = llama_sampler_sample(q.sampler, ctx, q.row);
-      ++q.generated;
-      if (llama_vocab_is_eog(vocab, t) || q.generated >= o.n_generate) {
-        end(q, false);
-      } else if ((how == RequestEnd::cancel && q.generated >= q.req->plan.step) ||
-                 (how == RequestEnd::vanish && q.generated >= 1)) {
-        end(q, true);
-      } else {
-        q.next = t;
+      // The rows in order while the model picks what was guessed.
+      for (int i = 0;; ++i) {
+        const llama_token t = llama_sampler_sample(q.sampler, ctx, q.row + i);
+        ++q.generated;
+        if (llama_vocab_is_eog(vocab, t) || q.generated >= o.n_generate) {
+          end(q, false);
+        } else if ((how == RequestEnd::cancel && q.generated >= q.req->plan.step) ||
+                   (how == RequestEnd::vanish && q.generated >= 1)) {
+          end(q, true);
+        } else {
+          q.next = t;
+          if (!was_prompt && i + 1 < q.n_in_step && t == q.guess[static_cast<size_t>(i)]) {
+            q.tokens.push_back(t);
+            ++q.n_past;
+            continue;
+          }
+        }
+        break;
       }
+      if (!q.live) continue;
+      if (q.n_past < written) llama_memory_seq_rm(mem, static_cast<llama_seq_id>(&q - seqs.data()), q.n_past, -1);
+      q.draft_past = std::min(q.draft_past, static_cast<int>(q.tokens.size()));
     }
     if (stop_at_step > 0 && step + 1 >= stop_at_step) {
       for (Seq& q : seqs) {
@@ -198,9 +274,10 @@ void raw_serve_cycle(const CycleOptions& o, const ServeCycle& plan, int threads,
           for (const ServeRequest* r : group) raw_embed(l.model, request_prompt(llama_model_get_vocab(l.model), *r), threads);
           continue;
         }
-        const GroupCounts g = run_group(l.ctx, llama_model_get_vocab(l.model), group, o,
+        const GroupCounts g = run_group(l.ctx, l.draft_ctx, llama_model_get_vocab(l.model), group, o,
                                         plan.end == CycleEnd::cancel_unload && unload_now ? 2 : 0);
         if (rec && (o.scenario == Scenario::serve_cancel || o.scenario == Scenario::serve_vanish ||
+                    o.scenario == Scenario::serve_draft ||
                     (plan.end == CycleEnd::cancel_unload && unload_now))) {
           for (int i = 0; i < g.not_cancelled; ++i) rec->count_cancel(false, false);
           for (int i = 0; i < g.cancelled_in_prompt; ++i) rec->count_cancel(true, true);

@@ -49,6 +49,7 @@ const char* scenario_name(Scenario s) {
     case Scenario::serve_unload_cancel: return "serve-unload-cancel";
     case Scenario::serve_chat: return "serve-chat";
     case Scenario::serve_embed: return "serve-embed";
+    case Scenario::serve_draft: return "serve-draft";
   }
   return "?";
 }

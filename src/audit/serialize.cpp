@@ -32,6 +32,7 @@ nlohmann::json to_json(const CycleOptions& o) {
           {"requests", o.requests},   {"seed", o.seed},
           {"parallel", o.parallel},
           {"gpu_layers", o.gpu_layers},
+          {"draft", o.draft},
           {"test_leak", o.test_leak}};
 }
 
@@ -49,6 +50,7 @@ CycleOptions cycle_options_from_json(const nlohmann::json& j) {
   o.seed = j.value("seed", o.seed);
   o.parallel = j.value("parallel", o.parallel);
   o.gpu_layers = j.value("gpu_layers", o.gpu_layers);
+  o.draft = j.value("draft", o.draft);
   o.test_leak = j.value("test_leak", o.test_leak);
   return o;
 }

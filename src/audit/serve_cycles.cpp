@@ -175,7 +175,7 @@ void run_cycle(Registry& registry, server::WorkerPool& pool, RequestCounts& coun
                       kUnloadTimeout);
     }
     const bool counted = o.scenario == Scenario::serve_cancel || o.scenario == Scenario::serve_vanish ||
-                         plan.end == CycleEnd::cancel_unload;
+                         o.scenario == Scenario::serve_draft || plan.end == CycleEnd::cancel_unload;
     for (const Outcome& r : wave.wait()) {
       if (rec && r.gone_waiting) rec->count_cancel(true, true);
       if (rec && !r.gone_waiting && counted) rec->count_cancel(r.cancelled, r.in_prompt);
@@ -211,7 +211,12 @@ SideResult run_reclaim_serve_cycles(const CycleOptions& o) {
   vo.program = Vetter::this_program();
   RegistryOptions ro = serve_options(o, std::make_shared<Vetter>(std::move(vo)));
   if (o.scenario == Scenario::serve_swap) ro.memory_budget = budget_for_one(o, ro);
-  Registry registry(ro, {{"a", o.model}, {"b", o.model}});
+  std::vector<ModelSpec> specs = {{"a", o.model}, {"b", o.model}};
+  if (o.scenario == Scenario::serve_draft) {
+    specs[0].settings.draft = draft_of(o);
+    ro.speculation.draft_max = 4;  // the raw side's guess
+  }
+  Registry registry(ro, specs);
   Scope http("http");
   server::WorkerPool pool(http, 4, 512);
   RequestCounts counts;  // the server's, which /metrics reads

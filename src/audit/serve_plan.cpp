@@ -59,6 +59,10 @@ ServeCycle plan_serve_cycle(const CycleOptions& o, int cycle) {
         r.plan = plan_cancel(o, cycle, index);
       } else if (o.scenario == Scenario::serve_vanish && index % 2 == 1) {
         r.end = RequestEnd::vanish;
+      } else if (o.scenario == Scenario::serve_draft && index % 3 != 0) {
+        // Cancelled at a step (some in their prompts), or their clients gone.
+        r.end = index % 3 == 1 ? RequestEnd::cancel : RequestEnd::vanish;
+        r.plan = plan_cancel(o, cycle, index);
       }
       ++index;
     }

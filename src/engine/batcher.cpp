@@ -54,6 +54,7 @@ struct Batcher::Job {
   std::vector<llama_token> history;
   std::vector<llama_token> guess;
   int32_t n_guess = 0;
+  GuessPace pace;  // with a draft model
   int32_t cached = 0;    // prompt tokens the cache gave
   std::chrono::steady_clock::time_point began;  // when it got its sequence
   bool wants_progress = false, wants_timings = false;  // the caller's hooks
@@ -523,6 +524,7 @@ void Batcher::advance(Job& j) {
       kept_.fetch_add(static_cast<uint64_t>(kept));
       j.result->timings.draft_tokens += j.n_guess;
       j.result->timings.draft_accepted += kept;
+      j.pace.judged(j.n_guess, kept, spec_.draft_max);
     }
     // The refused guesses' cells go before anything reads the sequence (the
     // prompt cache keeps exactly n_past cells of an ended request).
@@ -564,7 +566,12 @@ void Batcher::guess_next(Job& j) {
   if (!drafter_) {
     ngram_guess(spec_, j.history, j.next, n_max, j.guess);
   } else if (n_max >= std::max(1, spec_.draft_min)) {
-    asks_.push_back(Drafter::Ask{j.seq, &j.history, j.next, n_max, &j.guess});
+    // Never below draft_min: a shorter guess would not be decoded, and its
+    // verdict never reached.
+    if (int32_t n = j.pace.allow(n_max); n > 0) {
+      n = std::min(n_max, std::max(n, spec_.draft_min));
+      asks_.push_back(Drafter::Ask{j.seq, &j.history, j.next, n, &j.guess});
+    }
   }
 }
 

@@ -30,6 +30,12 @@ void check_same_vocabulary(const std::string& path, const llama_vocab* target, c
   if (std::abs(nt - nd) > 128) {
     refuse("its vocabulary has " + std::to_string(nd) + " tokens where the model's has " + std::to_string(nt));
   }
+  // Models without a tokenizer (token ids only) have no texts to compare:
+  // llama.cpp asserts on asking.
+  if (llama_vocab_type(target) == LLAMA_VOCAB_TYPE_NONE) {
+    if (nt != nd) refuse("its " + std::to_string(nd) + " token ids are not the model's " + std::to_string(nt));
+    return;
+  }
   // From id 5, as llama-server: the first few are control tokens that
   // models of one family name differently.
   for (int32_t i = 5; i < std::min(nt, nd); ++i) {

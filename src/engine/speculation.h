@@ -60,6 +60,41 @@ void validate(const Speculation& s);
 // guesses (llama-server's common_context_can_seq_rm says so too).
 bool can_speculate(const llama_model* model);
 
+// How much a sequence guesses with a draft model, whose every guessed token
+// costs a decode of the draft: the guess starts at one token and is
+// draft_max long once the target kept a whole one; it shrinks to what was
+// kept and one more when part is refused; a guess refused whole rests the
+// sequence 3, 7, 15, ... 255 steps before it guesses one token again. A
+// draft that is never right then costs a one-token guess (and the draft's
+// reading of the tokens since its last one) once in hundreds of steps.
+// bench-speculation measures the loss it leaves.
+class GuessPace {
+ public:
+  // The most tokens to guess this step (0: rest), at most n_max.
+  int32_t allow(int32_t n_max) {
+    if (rest_ > 0) {
+      --rest_;
+      return 0;
+    }
+    return n_max < length_ ? n_max : length_;
+  }
+  // A step's verdict: `kept` of the `guessed` tokens were the target's.
+  void judged(int32_t guessed, int32_t kept, int32_t draft_max) {
+    if (guessed <= 0) return;
+    if (kept == 0) {
+      misses_ = misses_ < 7 ? misses_ + 1 : 7;
+      rest_ = (2 << misses_) - 1;
+      length_ = 1;
+      return;
+    }
+    misses_ = 0;
+    length_ = kept == guessed ? draft_max : kept + 1;
+  }
+
+ private:
+  int32_t length_ = 1, misses_ = 0, rest_ = 0;
+};
+
 // The guess after `next` for a sequence whose cells hold `history`: at most
 // `n_max` tokens, none when there is no match or fewer than draft_min.
 void ngram_guess(const Speculation& s, const std::vector<llama_token>& history, llama_token next, int32_t n_max,

@@ -49,7 +49,7 @@ void expect_clean(const nlohmann::json& j) {
 TEST(Audit, AllScenariosMeetTheThresholdsOnSpm) {
   nlohmann::json j = audit_json("-m " + spm() + " --scenario all --cycles 4", 0);
   expect_clean(j);
-  EXPECT_EQ(j["scenarios"].size(), 13u);
+  EXPECT_EQ(j["scenarios"].size(), 14u);
 }
 
 TEST(Audit, AllScenariosMeetTheThresholdsOnBpe) {
@@ -68,7 +68,7 @@ TEST_P(AuditArch, AllScenariosMeetTheThresholds) {
   nlohmann::json j = audit_json(
       "-m " + reclaim::testing::arch_model(GetParam().file) + " --scenario all --cycles 3 --threads 1", 0);
   expect_clean(j);
-  EXPECT_EQ(j["scenarios"].size(), 13u);
+  EXPECT_EQ(j["scenarios"].size(), 14u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, AuditArch, ::testing::ValuesIn(reclaim::testing::archs()), reclaim::testing::arch_name);

@@ -36,7 +36,7 @@ TEST(Device, TheVulkanDeviceIsThereAndTheModelGoesOnIt) {
 TEST(Device, EveryScenarioOnTheDeviceMeetsTheThresholds) {
   const json j = audit_json("-m " + spm() + " --scenario all --cycles 3 --requests 2 --generate 8 --threads 1 --compare-raw", 0);
   ASSERT_TRUE(j.contains("scenarios"));
-  EXPECT_EQ(j["scenarios"].size(), 13u);
+  EXPECT_EQ(j["scenarios"].size(), 14u);
   for (const json& s : j["scenarios"]) {
     for (const json& c : s["checks"]) EXPECT_TRUE(c["ok"].get<bool>()) << s["scenario"] << ": " << c.dump();
     for (const char* side : {"reclaim", "raw"}) {

@@ -33,6 +33,39 @@ llama_context_params batch_context_params(const BatcherOptions& o, int32_t n_ctx
   return cp;
 }
 
+namespace {
+
+// llama.cpp sizes a context's output buffer for n_seq_max rows of logits and
+// grows it, never to shrink, at the first step that has more: with guesses,
+// at a moment no one chose, and outside the context's ledger entry (the
+// audit's serve-draft found +2 MiB of anon after a later wave on the bpe test
+// model, whose rows are 151,936 floats). One step as wide as any to come,
+// decoded as the context is made, sizes it with the context.
+void reserve_output_rows(llama_context* ctx, const llama_context_params& cp, int32_t rows_per_seq) {
+  const auto total = static_cast<int32_t>(std::min(cp.n_outputs_max, cp.n_batch));
+  if (total <= static_cast<int32_t>(cp.n_seq_max)) return;
+  const auto n_seq = static_cast<int32_t>(cp.n_seq_max);
+  const int32_t per_seq = std::min(rows_per_seq, static_cast<int32_t>(cp.n_ctx / cp.n_seq_max));
+  llama_batch b = llama_batch_init(total, 0, 1);
+  if (!b.token) throw Error("cannot allocate a batch of " + std::to_string(total) + " tokens");
+  Defer free_batch([&] { llama_batch_free(b); });
+  for (int32_t s = 0; s < n_seq && b.n_tokens < total; ++s) {
+    for (int32_t k = 0; k < per_seq && b.n_tokens < total; ++k) {
+      const int32_t i = b.n_tokens++;
+      b.token[i] = 0;
+      b.pos[i] = k;
+      b.n_seq_id[i] = 1;
+      b.seq_id[i][0] = s;
+      b.logits[i] = true;
+    }
+  }
+  const int32_t rc = llama_decode(ctx, b);
+  llama_memory_clear(llama_get_memory(ctx), true);
+  if (rc != 0) throw Error("llama_decode failed (code " + std::to_string(rc) + ") sizing the batch's output rows");
+}
+
+}  // namespace
+
 // One request. It lives on its caller's stack; the caller leaves only once
 // the decode thread has let go of it (done).
 struct Batcher::Job {
@@ -92,7 +125,9 @@ Batcher::Batcher(Model& model, const BatcherOptions& o)
   cp.abort_callback = abort_poll;
   cp.abort_callback_data = this;
   ContextPlacement where;
-  ctx_ = new_context(scope_, model.get(), cp, model.threadpool(), &where);
+  const int32_t rows = 1 + (spec_.on() ? spec_.draft_max : 0);
+  ctx_ = new_context(scope_, model.get(), cp, model.threadpool(), &where,
+                     [&cp, rows](llama_context* c) { reserve_output_rows(c, cp, rows); });
   model.place_weights(where);
   n_ctx_seq_ = static_cast<int32_t>(llama_n_ctx_seq(ctx_.get()));
   n_batch_ = static_cast<int32_t>(cp.n_batch);

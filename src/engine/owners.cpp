@@ -154,7 +154,8 @@ ScopedRef<ggml_threadpool> new_threadpool(Scope& scope, int32_t n_threads, uint3
 }
 
 ScopedRef<llama_context> new_context(Scope& scope, llama_model* model, const llama_context_params& params,
-                                 ggml_threadpool* pool, ContextPlacement* where) {
+                                 ggml_threadpool* pool, ContextPlacement* where,
+                                 const std::function<void(llama_context*)>& prime) {
   // Worker threads created once rather than for every graph (ggml's default
   // without a pool). A context of its own pool registers it first, so that
   // the context is freed before its threads are joined.
@@ -177,6 +178,14 @@ ScopedRef<llama_context> new_context(Scope& scope, llama_model* model, const lla
                 " tokens: " + (why.empty() ? "llama.cpp gave no reason" : why));
   }
   if (pool) llama_attach_threadpool(ctx, pool, pool);
+  if (prime) {
+    try {
+      prime(ctx);
+    } catch (...) {
+      llama_free(ctx);
+      throw;
+    }
+  }
   const uint64_t bytes = static_cast<uint64_t>(std::max<int64_t>(0, allocated() - before));
   // What of it is on an accelerator, by llama.cpp's own account; the rest of
   // what creation took is host memory.

@@ -92,8 +92,11 @@ ScopedRef<ggml_threadpool> new_threadpool(Scope& scope, int32_t n_threads, uint3
 // The context's ledger entry is split by where its buffers are; `where`,
 // when given, gets that breakdown, with the model's weights (Model::
 // place_weights).
+// `prime`, when given, runs on the new context before its bytes are taken:
+// what it makes the context allocate is the context's too.
 ScopedRef<llama_context> new_context(Scope& scope, llama_model* model, const llama_context_params& params,
-                                 ggml_threadpool* pool = nullptr, ContextPlacement* where = nullptr);
+                                 ggml_threadpool* pool = nullptr, ContextPlacement* where = nullptr,
+                                 const std::function<void(llama_context*)>& prime = {});
 ScopedRef<llama_batch> new_batch(Scope& scope, int32_t n_tokens, int32_t n_seq_max);
 ScopedRef<llama_sampler> new_sampler_chain(Scope& scope, std::string label);
 // A GBNF grammar's sampler; lazy: it constrains only from the first

@@ -55,6 +55,26 @@ std::vector<GenerateResult> alone(Model& model, const std::vector<GenerateReques
   return out;
 }
 
+// Each request on a thread of its own, started while the decode thread is
+// held at its first decode until all are in, so that they run together
+// however the threads are scheduled; each one's text streams into
+// `streamed`.
+std::vector<std::future<GenerateResult>> start_together(Model& model, Batcher& b, const std::vector<GenerateRequest>& reqs,
+                                                        std::vector<std::string>& streamed) {
+  streamed.assign(reqs.size(), "");
+  std::vector<std::future<GenerateResult>> got;
+  std::lock_guard hold(model.decode_mutex());
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    got.push_back(std::async(std::launch::async, [&b, &reqs, &streamed, i] {
+      GenerateHooks h;
+      h.on_text = [&streamed, i](std::string_view t) { streamed[i] += t; };
+      return b.generate(reqs[i], h);
+    }));
+  }
+  EXPECT_TRUE(eventually([&] { return b.active() + b.waiting() >= reqs.size(); })) << "the requests did not all come in";
+  return got;
+}
+
 }  // namespace
 
 TEST(Batcher, ConcurrentRequestsGetTheTokensEachGetsAloneInFewerDecodes) {
@@ -64,21 +84,8 @@ TEST(Batcher, ConcurrentRequestsGetTheTokensEachGetsAloneInFewerDecodes) {
   const std::vector<GenerateResult> want = alone(model, reqs);
 
   Batcher& b = model.start_batcher(batching(4));
-  std::vector<std::future<GenerateResult>> got;
-  std::vector<std::string> streamed(reqs.size());
-  {
-    // The decode thread waits at its first decode until all four are in, so
-    // that they run together however the threads are scheduled.
-    std::lock_guard hold(model.decode_mutex());
-    for (size_t i = 0; i < reqs.size(); ++i) {
-      got.push_back(std::async(std::launch::async, [&, i] {
-        GenerateHooks h;
-        h.on_text = [&, i](std::string_view t) { streamed[i] += t; };
-        return b.generate(reqs[i], h);
-      }));
-    }
-    ASSERT_TRUE(eventually([&] { return b.active() + b.waiting() >= reqs.size(); }));
-  }
+  std::vector<std::string> streamed;
+  std::vector<std::future<GenerateResult>> got = start_together(model, b, reqs, streamed);
   size_t generated = 0;
   for (size_t i = 0; i < reqs.size(); ++i) {
     const GenerateResult r = got[i].get();
@@ -145,19 +152,8 @@ TEST(Batcher, GuessesBesideOtherRequestsChangeNoTokenNoDrawAndNoStop) {
   bo.speculation.ngram_m = 8;
   bo.speculation.draft_max = 8;
   Batcher& b = model.start_batcher(bo);
-  std::vector<std::future<GenerateResult>> got;
-  std::vector<std::string> streamed(reqs.size());
-  {
-    std::lock_guard hold(model.decode_mutex());
-    for (size_t i = 0; i < reqs.size(); ++i) {
-      got.push_back(std::async(std::launch::async, [&, i] {
-        GenerateHooks h;
-        h.on_text = [&, i](std::string_view t) { streamed[i] += t; };
-        return b.generate(reqs[i], h);
-      }));
-    }
-    ASSERT_TRUE(eventually([&] { return b.active() + b.waiting() >= reqs.size(); }));
-  }
+  std::vector<std::string> streamed;
+  std::vector<std::future<GenerateResult>> got = start_together(model, b, reqs, streamed);
   int32_t guessed = 0, kept = 0;
   for (size_t i = 0; i < reqs.size(); ++i) {
     const GenerateResult r = got[i].get();
@@ -226,6 +222,39 @@ TEST(Batcher, ADraftModelsGuessesChangeNoTokenAndSaveStepsWhereItIsRight) {
     EXPECT_EQ(request_entries(), 0u);
   }
   EXPECT_EQ(Ledger::process().totals().count, entries_before);
+}
+
+// An unload while requests guess with a draft: they end as cancelled within
+// a step (a draft decode in flight is aborted with the batch's), and the
+// model's unload takes the draft's weights and context with everything
+// else.
+TEST(Batcher, StoppingWhileADraftGuessesCancelsAndTheUnloadTakesTheDraft) {
+  const uint64_t before = Ledger::process().totals().count;
+  ModelLoad target;
+  target.path = reclaim::testing::draft_pair().target;
+  auto model = std::make_unique<Model>(target);
+  BatcherOptions bo = batching(2, 2048);
+  bo.speculation.kind = Speculation::Kind::draft;
+  bo.speculation.draft = reclaim::testing::draft_pair().right;
+  // Paced, so that the request (to the end of 2,048 positions: some 250
+  // steps, at least 0.5 s) is still running when the test sees 16 tokens.
+  bo.decode = [](llama_context* c, llama_batch batch) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    return llama_decode(c, batch);
+  };
+  Batcher& b = model->start_batcher(bo);
+  std::atomic<int> generated{0};
+  GenerateHooks h;
+  h.on_tokens = [&](int32_t n) { generated = n; };
+  auto running = std::async(std::launch::async, [&] { return b.generate(request(kPrompts[1], -1), h); });
+  // Past the first guesses, which a draft that is always right makes long.
+  ASSERT_TRUE(eventually([&] { return generated.load() >= 16; }));
+  b.stop();
+  const GenerateResult r = running.get();
+  EXPECT_EQ(r.finish, FinishReason::cancelled);
+  EXPECT_GT(r.timings.draft_accepted, 0);
+  model->unload();
+  EXPECT_EQ(Ledger::process().totals().count, before);
 }
 
 TEST(Batcher, ADraftOfAnotherVocabularyIsRefusedNamingIt) {

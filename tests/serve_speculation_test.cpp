@@ -50,6 +50,16 @@ const Pair& pair() {
   return p;
 }
 
+// The answer of a model that guesses is the one without guesses, by the
+// promise of engine/parity.h.
+void expect_same_answer(const json& without, const json& with, const std::string& what) {
+  Answers answers;  // one, so that both answers' tokens get the same ids
+  reclaim::GenerateResult a, b;
+  answers.add(without["choices"][0], a);
+  answers.add(with["choices"][0], b);
+  expect_as_alone(a, b, what);
+}
+
 // The bytes on the ledger of every owner whose path holds `owner`.
 int64_t ledger_bytes_under(Served& s, const std::string& owner) {
   int64_t bytes = 0;
@@ -72,11 +82,7 @@ TEST(ServeSpeculation, AModelThatGuessesAnswersAsWithoutAndCountsItsGuesses) {
   Served s({"--config", path, "--spec-ngram-size-n", "1"}, false);
   const json plain = s.post_json("/v1/chat/completions", chat("plain"));
   const json guess = s.post_json("/v1/chat/completions", chat("guess"));
-  Answers answers;
-  reclaim::GenerateResult without, with;
-  answers.add(plain["choices"][0], without);
-  answers.add(guess["choices"][0], with);
-  expect_as_alone(without, with, "the model that guesses");
+  expect_same_answer(plain, guess, "the model that guesses");
   EXPECT_FALSE(plain["timings"].contains("draft_n")) << plain["timings"].dump();
   ASSERT_TRUE(guess["timings"].contains("draft_n")) << guess["timings"].dump();
   const int drafted = guess["timings"]["draft_n"], kept = guess["timings"]["draft_n_accepted"];
@@ -126,11 +132,7 @@ TEST(ServeSpeculation, ADraftModelGuessesOnTheLedgerUnderItsModelAndGoesWithIt) 
   Served s({"--config", path}, false);
   const json plain = s.post_json("/v1/chat/completions", chat("plain"));
   const json drafted = s.post_json("/v1/chat/completions", chat("drafted"));
-  Answers answers;
-  reclaim::GenerateResult without, with;
-  answers.add(plain["choices"][0], without);
-  answers.add(drafted["choices"][0], with);
-  expect_as_alone(without, with, "the model with a draft");
+  expect_same_answer(plain, drafted, "the model with a draft");
   ASSERT_TRUE(drafted["timings"].contains("draft_n")) << drafted["timings"].dump();
   const int n = drafted["timings"]["draft_n"], kept = drafted["timings"]["draft_n_accepted"];
   EXPECT_GT(kept * 10, n * 8) << kept << " of " << n << " guesses kept";
@@ -151,6 +153,10 @@ TEST(ServeSpeculation, ADraftOfAnotherVocabularyIsA422AndTheServerServesOn) {
   EXPECT_EQ(s.get("/health")["status"], "ok");
   const Result missing = run("serve --port 0 -m " + pair().target + " --draft " + temp_path("no-draft.gguf"));
   EXPECT_EQ(missing.status, 2) << missing.out;
+  const std::string one = config("spec-one.toml", "[models.a]\npath = \"" + pair().target + "\"\n");
+  const Result alone = run("serve --port 0 --config " + one + " --draft " + pair().right);
+  EXPECT_EQ(alone.status, 2) << alone.out;
+  EXPECT_NE(alone.out.find("--draft is the draft model of the -m models"), std::string::npos) << alone.out;
   const Result needs = run("serve --port 0 -m " + pair().target + " --spec-type draft-simple");
   EXPECT_EQ(needs.status, 2) << needs.out;
   EXPECT_NE(needs.out.find("needs --draft FILE"), std::string::npos) << needs.out;

@@ -21,6 +21,8 @@
 #include "audit/raw.h"
 #include "audit/serve_plan.h"
 #include "core/error.h"
+#include "engine/owners.h"
+#include "engine/sampling.h"
 
 namespace reclaim::audit {
 
@@ -77,19 +79,8 @@ struct Seq {
   int draft_past = 0;
 };
 
-void add(llama_batch& batch, llama_token t, int pos, int seq, bool logits) {
-  const int i = batch.n_tokens++;
-  batch.token[i] = t;
-  batch.pos[i] = pos;
-  batch.n_seq_id[i] = 1;
-  batch.seq_id[i][0] = seq;
-  batch.logits[i] = logits;
-}
-
 llama_token greedy(llama_context* ctx, int row) {
-  const float* logits = llama_get_logits_ith(ctx, row);
-  const int n = llama_vocab_n_tokens(llama_model_get_vocab(llama_get_model(ctx)));
-  return static_cast<llama_token>(std::max_element(logits, logits + n) - logits);
+  return argmax(llama_get_logits_ith(ctx, row), llama_vocab_n_tokens(llama_model_get_vocab(llama_get_model(ctx))));
 }
 
 // The draft reads what it lacks of the sequence's tokens and its next one,
@@ -97,8 +88,10 @@ llama_token greedy(llama_context* ctx, int row) {
 void raw_guess(llama_context* draft, llama_batch& batch, Seq& q, int seq) {
   llama_memory_seq_rm(llama_get_memory(draft), seq, q.draft_past, -1);
   batch.n_tokens = 0;
-  for (int p = q.draft_past; p < static_cast<int>(q.tokens.size()); ++p) add(batch, q.tokens[static_cast<size_t>(p)], p, seq, false);
-  add(batch, q.next, static_cast<int>(q.tokens.size()), seq, true);
+  for (int p = q.draft_past; p < static_cast<int>(q.tokens.size()); ++p) {
+    batch_add(batch, q.tokens[static_cast<size_t>(p)], p, seq, false);
+  }
+  batch_add(batch, q.next, static_cast<int>(q.tokens.size()), seq, true);
   q.draft_past = static_cast<int>(q.tokens.size()) + 1;
   q.guess.clear();
   for (;;) {
@@ -106,7 +99,7 @@ void raw_guess(llama_context* draft, llama_batch& batch, Seq& q, int seq) {
     q.guess.push_back(greedy(draft, batch.n_tokens - 1));
     if (static_cast<int>(q.guess.size()) == kRawGuess) return;
     batch.n_tokens = 0;
-    add(batch, q.guess.back(), q.draft_past++, seq, true);
+    batch_add(batch, q.guess.back(), q.draft_past++, seq, true);
   }
 }
 
@@ -153,14 +146,14 @@ GroupCounts run_group(llama_context* ctx, llama_context* draft, const llama_voca
       if (!q.live) continue;
       if (q.prompt_done) {
         q.row = batch.n_tokens;
-        add(batch, q.next, q.n_past, static_cast<int>(s), true);
+        batch_add(batch, q.next, q.n_past, static_cast<int>(s), true);
         for (size_t k = 0; draft && k < q.guess.size(); ++k) {
-          add(batch, q.guess[k], q.n_past + 1 + static_cast<int>(k), static_cast<int>(s), true);
+          batch_add(batch, q.guess[k], q.n_past + 1 + static_cast<int>(k), static_cast<int>(s), true);
         }
         q.n_in_step = batch.n_tokens - q.row;
       } else if (const auto n_prompt = static_cast<int>(q.prompt.size()); batch.n_tokens + n_prompt <= o.n_ctx) {
         for (int k = 0; k < n_prompt; ++k) {
-          add(batch, q.prompt[static_cast<size_t>(k)], k, static_cast<int>(s), k == n_prompt - 1);
+          batch_add(batch, q.prompt[static_cast<size_t>(k)], k, static_cast<int>(s), k == n_prompt - 1);
         }
         q.row = batch.n_tokens - 1;
         q.n_in_step = n_prompt;

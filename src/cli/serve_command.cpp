@@ -244,6 +244,9 @@ RegistryOptions registry_options(const Args& a) {
   opts.pooling = a.pooling;
   opts.speculation = a.speculation;
   speculation_from_name(a.spec_type, opts.speculation.kind);  // checked by its option
+  if (!a.draft.empty() && a.models.empty()) {
+    throw Error("--draft is the draft model of the -m models, and none is named (a --config model has its own 'draft')");
+  }
   if (opts.speculation.kind == Speculation::Kind::draft && a.draft.empty()) {
     throw Error("--spec-type draft-simple needs --draft FILE (a draft model for the -m models)");
   }

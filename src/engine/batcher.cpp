@@ -50,14 +50,7 @@ void reserve_output_rows(llama_context* ctx, const llama_context_params& cp, int
   if (!b.token) throw Error("cannot allocate a batch of " + std::to_string(total) + " tokens");
   Defer free_batch([&] { llama_batch_free(b); });
   for (int32_t s = 0; s < n_seq && b.n_tokens < total; ++s) {
-    for (int32_t k = 0; k < per_seq && b.n_tokens < total; ++k) {
-      const int32_t i = b.n_tokens++;
-      b.token[i] = 0;
-      b.pos[i] = k;
-      b.n_seq_id[i] = 1;
-      b.seq_id[i][0] = s;
-      b.logits[i] = true;
-    }
+    for (int32_t k = 0; k < per_seq && b.n_tokens < total; ++k) batch_add(b, 0, k, s, true);
   }
   const int32_t rc = llama_decode(ctx, b);
   llama_memory_clear(llama_get_memory(ctx), true);
@@ -440,14 +433,7 @@ bool Batcher::fill_batch() {
   llama_batch& b = *batch_.get();
   b.n_tokens = 0;
   in_batch_.clear();
-  auto add = [&](llama_token t, int32_t pos, int32_t seq, bool logits) {
-    const int32_t i = b.n_tokens++;
-    b.token[i] = t;
-    b.pos[i] = pos;
-    b.n_seq_id[i] = 1;
-    b.seq_id[i][0] = seq;
-    b.logits[i] = logits;
-  };
+  auto add = [&b](llama_token t, int32_t pos, int32_t seq, bool logits) { batch_add(b, t, pos, seq, logits); };
   std::vector<Job*>& live = held_;  // reserved: no allocation here
   live.clear();
   {

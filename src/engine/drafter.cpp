@@ -85,11 +85,11 @@ void Drafter::forget(int32_t seq) {
   llama_memory_seq_rm(llama_get_memory(ctx_.get()), seq, -1, -1);
 }
 
-int32_t Drafter::level(int32_t seq, const std::vector<llama_token>& want) {
+int32_t Drafter::level(int32_t seq, const std::vector<llama_token>& history) {
   std::vector<llama_token>& have = cells_[static_cast<size_t>(seq)];
   size_t same = 0;
-  const size_t most = std::min(have.size(), want.size() - 1);
-  while (same < most && have[same] == want[same]) ++same;
+  const size_t most = std::min(have.size(), history.size());
+  while (same < most && have[same] == history[same]) ++same;
   if (same < have.size()) {
     if (!llama_memory_seq_rm(llama_get_memory(ctx_.get()), seq, static_cast<llama_pos>(same), -1)) {
       // A memory that cannot be cut (not a draft model worth the name):
@@ -110,14 +110,7 @@ llama_token Drafter::pick(int32_t row) const {
 
 bool Drafter::guess(std::vector<Ask>& asks, const Decode& decode) {
   llama_batch& b = *batch_.get();
-  auto add = [&](llama_token t, int32_t pos, int32_t seq, bool logits) {
-    const int32_t i = b.n_tokens++;
-    b.token[i] = t;
-    b.pos[i] = pos;
-    b.n_seq_id[i] = 1;
-    b.seq_id[i][0] = seq;
-    b.logits[i] = logits;
-  };
+  auto add = [&b](llama_token t, int32_t pos, int32_t seq, bool logits) { batch_add(b, t, pos, seq, logits); };
   // An aborted decode (the model unloads, or every request in the step is
   // leaving) may have written some of its cells: the sequences start again
   // at their next guess.
@@ -133,23 +126,22 @@ bool Drafter::guess(std::vector<Ask>& asks, const Decode& decode) {
     }
     return true;
   };
-  // Level each sequence's cells with the target's and decode what it lacks
-  // but its last token (the whole prompt at a request's first guess),
-  // batch by batch; then the last tokens together, whose logits give each
-  // sequence its first guess.
+  // Level each sequence's cells with the target's history and decode what
+  // it lacks of it (the whole prompt at a request's first guess), batch by
+  // batch; then the sequences' next tokens together, whose logits give each
+  // its first guess.
   b.n_tokens = 0;
   for (Ask& q : asks) {
     q.guess->clear();
-    want_ = *q.history;
-    want_.push_back(q.next);
+    const std::vector<llama_token>& history = *q.history;
     std::vector<llama_token>& have = cells_[static_cast<size_t>(q.seq)];
-    for (int32_t pos = level(q.seq, want_); pos + 1 < static_cast<int32_t>(want_.size()); ++pos) {
+    for (int32_t pos = level(q.seq, history); pos < static_cast<int32_t>(history.size()); ++pos) {
       if (b.n_tokens == n_batch_) {
         if (!run()) return false;
         b.n_tokens = 0;
       }
-      add(want_[static_cast<size_t>(pos)], pos, q.seq, false);
-      have.push_back(want_[static_cast<size_t>(pos)]);
+      add(history[static_cast<size_t>(pos)], pos, q.seq, false);
+      have.push_back(history[static_cast<size_t>(pos)]);
     }
   }
   if (b.n_tokens > 0 && !run()) return false;

@@ -64,10 +64,10 @@ class Drafter {
   Scope& scope() { return scope_; }
 
  private:
-  // Its cells of `seq` made the prefix of tokens that `want` and they share,
-  // at most want.size() - 1 long: the last token is always decoded again,
-  // for its logits. Returns the position the first missing token goes at.
-  int32_t level(int32_t seq, const std::vector<llama_token>& want);
+  // Its cells of `seq` made the prefix that they share with the target's
+  // `history` (the sequence's next token, after it, is always decoded again,
+  // for its logits). Returns the position the first missing token goes at.
+  int32_t level(int32_t seq, const std::vector<llama_token>& history);
   llama_token pick(int32_t row) const;
 
   Scope scope_;
@@ -76,7 +76,6 @@ class Drafter {
   ScopedRef<llama_batch> batch_;
   int32_t n_batch_ = 0, n_vocab_ = 0;
   std::vector<std::vector<llama_token>> cells_;  // each sequence's tokens in the draft's cells
-  std::vector<llama_token> want_;                // scratch: history + next
   std::vector<int32_t> row_;                     // each ask's logits row in the current batch
 };
 

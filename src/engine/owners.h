@@ -98,6 +98,15 @@ ScopedRef<llama_context> new_context(Scope& scope, llama_model* model, const lla
                                  ggml_threadpool* pool = nullptr, ContextPlacement* where = nullptr,
                                  const std::function<void(llama_context*)>& prime = {});
 ScopedRef<llama_batch> new_batch(Scope& scope, int32_t n_tokens, int32_t n_seq_max);
+// Appends a token of one sequence to a batch made with room for it.
+inline void batch_add(llama_batch& b, llama_token t, llama_pos pos, llama_seq_id seq, bool logits) {
+  const int32_t i = b.n_tokens++;
+  b.token[i] = t;
+  b.pos[i] = pos;
+  b.n_seq_id[i] = 1;
+  b.seq_id[i][0] = seq;
+  b.logits[i] = logits;
+}
 ScopedRef<llama_sampler> new_sampler_chain(Scope& scope, std::string label);
 // A GBNF grammar's sampler; lazy: it constrains only from the first
 // trigger (a pattern matched in the text generated, or a token) on. Throws

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <latch>
 #include <thread>
 
@@ -77,4 +79,37 @@ TEST(CoreTurns, TwoModelsDecodingAtOnceTakeTheCoresInTurns) {
   EXPECT_FALSE(alone(b, 8).empty());
   EXPECT_EQ(core_turn_stats().pauses, one.pauses);
   EXPECT_GT(core_turn_stats().turns, one.turns);
+}
+
+// A step's turn spans its sampling: the other model waits for all of it, and
+// the step's own decodes inside it take no second turn (nor wait on it).
+TEST(CoreTurns, AStepsTurnHoldsTheOtherModelUntilItsSamplingIsDone) {
+  Model a(two_threads("spm")), b(two_threads("bpe"));
+  ASSERT_TRUE(a.computes_on_cpu() && b.computes_on_cpu());
+  const CoreTurnStats before = core_turn_stats();
+  std::atomic<bool> b_decoding{false};
+  std::thread other;
+  {
+    const StepTurn step(a);
+    {
+      const DecodeTurn inside(a);  // would wait on itself were it a second turn
+    }
+    EXPECT_EQ(core_turn_stats().turns, before.turns + 1);
+    other = std::thread([&] {
+      const DecodeTurn turn(b);
+      b_decoding = true;
+    });
+    const auto bound = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (core_turn_stats().waited == before.waited && std::chrono::steady_clock::now() < bound) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    ASSERT_GT(core_turn_stats().waited, before.waited) << "the other model queued for its turn";
+    EXPECT_FALSE(b_decoding.load()) << "a's step is not over";
+  }
+  other.join();
+  EXPECT_TRUE(b_decoding.load());
+  const CoreTurnStats after = core_turn_stats();
+  EXPECT_EQ(after.turns, before.turns + 2);
+  EXPECT_GT(after.pauses, before.pauses) << "a's pool sleeps once b waits for the cores";
+  EXPECT_EQ(after.max_at_once, 1);
 }

@@ -477,11 +477,9 @@ bool Batcher::fill_batch() {
 bool Batcher::step() {
   if (!fill_batch()) return false;
   llama_batch& b = *batch_.get();
-  int32_t rc;
-  {
-    DecodeTurn turn(model_);  // its pool one graph at a time, the cores in turns
-    rc = decode_(ctx_.get(), b);
-  }
+  // The step's decodes, its sampling and its draft's guesses in one turn.
+  const StepTurn turn(model_);
+  const int32_t rc = decode_(ctx_.get(), b);
   steps_.fetch_add(1);
   tokens_.fetch_add(static_cast<uint64_t>(b.n_tokens));
   busy_.fetch_add(in_batch_.size());

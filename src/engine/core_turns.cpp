@@ -3,6 +3,7 @@
 #include <ggml-cpu.h>
 
 #include <atomic>
+#include <cassert>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -32,9 +33,16 @@ Turns& turns() {
   return *t;
 }
 
+// The model whose step this thread holds: its decodes take no second turn.
+thread_local const Model* t_stepping = nullptr;
+
 }  // namespace
 
-DecodeTurn::DecodeTurn(Model& model) : model_lock_(model.decode_mutex()) {
+DecodeTurn::DecodeTurn(Model& model) {
+  if (t_stepping == &model) return;
+  // Another model's turn held by this thread would wait on itself.
+  assert(t_stepping == nullptr);
+  model_lock_ = std::unique_lock(model.decode_mutex());
   Turns& t = turns();
   ggml_threadpool* pool = model.threadpool();
   if (!pool || !model.computes_on_cpu() || !t.on.load()) return;
@@ -73,6 +81,18 @@ DecodeTurn::~DecodeTurn() {
     ++t.serving;
   }
   t.cv.notify_all();
+}
+
+StepTurn::StepTurn(Model& model) {
+  if (t_stepping == &model) return;
+  turn_.emplace(model);
+  t_stepping = &model;
+}
+
+StepTurn::~StepTurn() {
+  if (!turn_) return;
+  t_stepping = nullptr;
+  turn_.reset();
 }
 
 void core_pool_born() { turns().pools.fetch_add(1); }

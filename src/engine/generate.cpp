@@ -1,6 +1,7 @@
 #include "engine/generate.h"
 
 #include <mutex>
+#include <optional>
 
 #include "engine/core_turns.h"
 #include "engine/generation.h"
@@ -78,13 +79,11 @@ void fill(llama_batch& b, const llama_token* tokens, int32_t n, int32_t pos, boo
   }
 }
 
-// false: aborted by the cancel token.
-bool decode(Session& s, const llama_batch& b) {
-  int32_t rc;
-  {
-    DecodeTurn turn(s.model());  // its pool one graph at a time, the cores in turns
-    rc = llama_decode(s.context(), b);
-  }
+// false: aborted by the cancel token. The step's turn (engine/core_turns.h)
+// is held in `turn` until its sampling is done; a previous one goes first.
+bool decode(Session& s, const llama_batch& b, std::optional<StepTurn>& turn) {
+  turn.emplace(s.model());
+  const int32_t rc = llama_decode(s.context(), b);
   if (rc == 0) return true;
   if (s.cancelled()) return false;
   throw Error("llama_decode failed (code " + std::to_string(rc) + ") at a batch of " + std::to_string(b.n_tokens) + " tokens");
@@ -117,13 +116,15 @@ GenerateResult generate(Session& s, const GenerateRequest& req, const GenerateHo
   };
   int step = 0;
   llama_batch& batch = s.batch();
+  std::optional<StepTurn> turn;
   for (int32_t done = 0; done < n_prompt;) {
     const int32_t n = std::min(s.n_batch(), n_prompt - done);
+    turn.reset();
     if (hooks.before_decode) hooks.before_decode(step, true);
     if (hooks.tick) hooks.tick();
     ++step;
     fill(batch, prompt.data() + done, n, done, done + n == n_prompt);
-    if (cancelled() || !decode(s, batch)) {
+    if (cancelled() || !decode(s, batch, turn)) {
       cancelled();
       gen.finish();
       return r;
@@ -142,6 +143,7 @@ GenerateResult generate(Session& s, const GenerateRequest& req, const GenerateHo
       cancelled();
       break;
     }
+    turn.reset();  // the text's hooks may wait on a reader
     const bool end = gen.accept(next, pos, s.n_ctx(), text);
     if (hooks.on_logprobs && req.logprobs >= 0) hooks.on_logprobs(gen.take_logprobs());
     emit();
@@ -153,7 +155,7 @@ GenerateResult generate(Session& s, const GenerateRequest& req, const GenerateHo
     if (cancelled()) break;
     const llama_token t = r.tokens.back();
     fill(batch, &t, 1, pos, true);
-    if (!decode(s, batch)) {
+    if (!decode(s, batch, turn)) {
       cancelled();
       break;
     }

@@ -5,6 +5,7 @@
 #include "core/arena.h"
 #include "core/ledger.h"
 #include "core/usage.h"
+#include "engine/batcher.h"
 #include "engine/progress.h"
 #include "engine/session.h"
 #include "sanitized.h"
@@ -88,6 +89,30 @@ TEST(Model, TheEstimateMatchesWhatTheLoadAndTheContextTake) {
   // The vocab at least, as the load arena measures it; a sanitized build
   // turns the arena off.
   if (!reclaim::testing::sanitized()) EXPECT_GT(e.model_overhead, 0);
+}
+
+// A batch that guesses takes a row of logits for each guessed token, beside
+// each sequence's own: the estimate counts them as the context does.
+TEST(Model, TheEstimateOfABatchThatGuessesCountsItsRowsOfLogits) {
+  BatcherOptions bo;
+  bo.n_seq = 2;
+  bo.session.n_ctx = 256;
+  bo.session.n_batch = 64;
+  bo.session.n_threads = 2;
+  bo.speculation.kind = Speculation::Kind::ngram;
+  bo.speculation.draft_max = 16;
+  const llama_context_params cp = batch_context_params(bo, 0, 2);
+  ModelLoad load = load_of(small_model("bpe"));  // 151,936 floats a row
+  const MemoryEstimate e = estimate_memory(load, cp);
+  if (!e.exact) GTEST_SKIP() << "built without llama.cpp's llama-ext.h: the estimate is a formula";
+  if (reclaim::testing::sanitized()) GTEST_SKIP() << "the sanitizer's heap is not measured";
+  Model m(load);
+  const uint64_t before = ledger_bytes(Kind::context);
+  m.start_batcher(bo);
+  const auto measured = static_cast<double>(ledger_bytes(Kind::context) - before);
+  const double estimated = static_cast<double>(e.per_context_host());
+  // 32 rows more than the sequences' 2: 19 MiB, a third of the whole.
+  EXPECT_NEAR(estimated / measured, 1.0, 0.05) << "estimated " << estimated << " measured " << measured;
 }
 
 TEST(Model, AFailedLoadLeavesNothingAndSaysWhy) {

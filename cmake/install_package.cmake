@@ -16,6 +16,12 @@ install(FILES ${RECLAIM_LLAMA_COMMON}/libllama-common.a ${RECLAIM_LLAMA_COMMON}/
 target_link_libraries(reclaim_engine PRIVATE $<INSTALL_INTERFACE:$<INSTALL_PREFIX>/lib/libllama-common.a>
                                              $<INSTALL_INTERFACE:$<INSTALL_PREFIX>/lib/libllama-common-base.a>)
 
+# Its image projectors are llama.cpp's mtmd library, likewise not installed
+# by llama.cpp's package.
+install(FILES ${RECLAIM_LLAMA_MTMD}/tools/mtmd/libmtmd.a ${RECLAIM_LLAMA_MTMD}/vendor/hash/libvendor-hash.a DESTINATION lib)
+target_link_libraries(reclaim_engine PRIVATE $<INSTALL_INTERFACE:$<INSTALL_PREFIX>/lib/libmtmd.a>
+                                             $<INSTALL_INTERFACE:$<INSTALL_PREFIX>/lib/libvendor-hash.a>)
+
 install(TARGETS reclaim_core reclaim_engine reclaim_runtime reclaim_lib EXPORT reclaimTargets
         ARCHIVE DESTINATION lib)
 install(EXPORT reclaimTargets NAMESPACE reclaim:: DESTINATION lib/cmake/reclaim)

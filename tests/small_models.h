@@ -8,6 +8,7 @@
 
 #include "engine/session.h"
 #include "engine/test_model.h"
+#include "engine/test_projector.h"
 #include "temp_path.h"
 
 namespace reclaim::testing {
@@ -52,6 +53,20 @@ inline const DraftPair& draft_pair() {
     return p;
   }();
   return pair;
+}
+
+// An image projector for small_model(vocab) (64 wide): 64-pixel images in
+// 16 embeddings.
+inline const std::string& small_projector(const std::string& vocab = "spm", int64_t n_embd = 64) {
+  static std::map<std::string, std::string> made;
+  const std::string key = vocab + "-" + std::to_string(n_embd);
+  auto it = made.find(key);
+  if (it != made.end()) return it->second;
+  std::string path = temp_path("small-" + key + "-mmproj.gguf");
+  TestProjectorSpec s;
+  s.n_embd_text = n_embd;
+  make_test_projector(s, path);
+  return made.emplace(key, path).first->second;
 }
 
 // How the engine tests load it.

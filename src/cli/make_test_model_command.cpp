@@ -6,13 +6,15 @@
 #include "core/error.h"
 #include "core/size.h"
 #include "engine/test_model.h"
+#include "engine/test_projector.h"
 
 namespace reclaim::cli {
 
 Command add_make_test_model(CLI::App& app) {
   auto* sub = app.add_subcommand("make-test-model", "write a deterministic random-weight llama GGUF for tests");
   struct Args {
-    std::string out, vocab = "bpe", type = "f16", size, chat_template;
+    std::string out, vocab = "bpe", type = "f16", size, chat_template, mmproj;
+    int64_t image_size = 64;
     int64_t embd = 0, layers = 0, ff = 0, zero_layers_from = -1;
     int split = 1;
     uint64_t seed = 1;
@@ -38,9 +40,18 @@ Command add_make_test_model(CLI::App& app) {
   sub->add_option("--zero-layers-from", a->zero_layers_from,
                   "layers from N on add nothing (zero output projections): the model answers as the same --seed and "
                   "--embd with N layers does, a speculative decoding target whose draft is always right");
+  sub->add_option("--mmproj", a->mmproj,
+                  "also write an image projector for this model to this file (llava's mlp type, random weights, "
+                  "loaded by llama.cpp's mtmd: the model's --mmproj)");
+  sub->add_option("--image-size", a->image_size,
+                  "the projector's image side in pixels (a multiple of 16; an image is (side/16)^2 embeddings)")
+      ->capture_default_str();
   sub->add_option("--split", a->split, "write the model in this many parts, as llama.cpp's gguf-split does "
                                       "(OUT-00001-of-0000N.gguf, ...)")->capture_default_str();
   return [a] {
+    if (!a->mmproj.empty() && (a->image_size < 16 || a->image_size % 16 != 0 || a->image_size > 8192)) {
+      throw Error("--image-size must be a multiple of 16 from 16 to 8192, not " + std::to_string(a->image_size));
+    }
     TestModelSpec spec;
     spec.split = a->split;
     spec.fim = a->fim;
@@ -69,6 +80,15 @@ Command add_make_test_model(CLI::App& app) {
                 static_cast<long long>(s.n_layer), static_cast<long long>(s.n_ff),
                 static_cast<long long>(s.n_head), static_cast<long long>(s.n_head_kv), a->type.c_str(),
                 format_bytes(s.bytes).c_str());
+    if (!a->mmproj.empty()) {
+      TestProjectorSpec ps;
+      ps.n_embd_text = s.n_embd;
+      ps.image_size = a->image_size;
+      ps.seed = a->seed;
+      make_test_projector(ps, a->mmproj);
+      std::printf("%s: image projector (mlp), %lld pixels a side, %lld embeddings an image\n", a->mmproj.c_str(),
+                  static_cast<long long>(ps.image_size), static_cast<long long>(test_projector_tokens(ps)));
+    }
     return 0;
   };
 }

@@ -4,6 +4,7 @@
 
 #include "engine/batcher.h"
 #include "engine/core_turns.h"
+#include "engine/projector.h"
 #include "engine/devices.h"
 #include "engine/session.h"
 
@@ -32,6 +33,7 @@ Model::Model(const ModelLoad& load, Scope* parent) : device_(hold_devices()), mo
   n_threads_ = load.n_threads > 0 ? load.n_threads : default_threads();
   n_gpu_layers_ = load.n_gpu_layers;
   pooling_ = load.pooling;
+  if (!load.mmproj.empty()) projector_ = std::make_unique<Projector>(*this, load.mmproj);
   // With its layers on an accelerator the CPU's part of a step is small (the
   // token embeddings), and workers that spin after it take the cores from
   // the device's own threads (lavapipe's, a CUDA driver's): they sleep at

@@ -25,6 +25,7 @@ namespace reclaim {
 
 class Batcher;
 struct BatcherOptions;
+class Projector;
 
 // The scope name of a request ("request:<n>"), from one counter for every
 // session and batch of the process, so that two requests never share a name
@@ -60,6 +61,8 @@ class Model {
   // null until started.
   Batcher& start_batcher(const BatcherOptions& options);
   Batcher* batcher() { return batcher_.get(); }
+  // Its image projector (ModelLoad::mmproj), or null: a text-only model.
+  Projector* projector() { return projector_.get(); }
 
   // Splits the model's ledger entry into host and device bytes by where a
   // context of this model says the weights are (llama.cpp tells it only of
@@ -77,6 +80,9 @@ class Model {
   std::unique_ptr<Scope> scope_;
   ScopedRef<llama_model> model_;
   ScopedRef<ggml_threadpool> pool_;
+  // Before the batch: its scope is older, so closing the model's closes the
+  // batch (and joins the thread that encodes images) first.
+  std::unique_ptr<Projector> projector_;
   std::unique_ptr<Batcher> batcher_;
   ModelInfo info_;
   LoadMode mode_;

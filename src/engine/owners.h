@@ -55,6 +55,9 @@ struct ModelLoad {
   // How embeddings pool the model's outputs, over what the file says
   // (llama-server's --pooling); unset: the file's, or mean.
   std::optional<enum llama_pooling_type> pooling;
+  // The model's image projector (engine/projector.h), loaded after it; empty:
+  // none, and the model takes text only.
+  std::string mmproj;
   // Called with 0..1; returning false aborts the load.
   std::function<bool(float)> progress;
 };

@@ -1,0 +1,53 @@
+#include "engine/projector.h"
+
+#include <mtmd.h>
+
+#include <algorithm>
+
+#include "core/heap.h"
+#include "core/usage.h"
+#include "engine/devices.h"
+#include "engine/llama_runtime.h"
+#include "engine/model.h"
+
+namespace reclaim {
+
+namespace {
+
+std::string base_name(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+}  // namespace
+
+Projector::Projector(Model& model, const std::string& path)
+    : path_(path), scope_(model.scope(), "mmproj", ScopeOptions{.release_heap_on_close = true}) {
+  check_model_file(path);
+  Scope::Slot slot = scope_.reserve(Kind::model, base_name(path));
+  const bool on_device = model.n_gpu_layers() != 0 && !accelerator_devices().empty();
+  mtmd_context_params p = mtmd_context_params_default();
+  p.use_gpu = on_device;
+  p.n_threads = model.n_threads();
+  p.print_timings = false;
+  // The compute buffer reserved now, on a dummy image of the projector's
+  // size: at load, on the ledger, rather than at a first request.
+  p.warmup = true;
+  const auto host_now = [] { return static_cast<int64_t>(heap_stats().in_use); };
+  const int64_t host_before = host_now(), device_before = device_memory_used();
+  take_llama_errors();
+  mtmd_context* ctx = mtmd_init_from_file(path.c_str(), model.get(), p);
+  if (!ctx) {
+    const std::string why = take_llama_errors();
+    throw InvalidModelFile("projector '" + path + "' cannot be used with this model: " +
+                           (why.empty() ? "llama.cpp's mtmd gave no reason" : why));
+  }
+  const auto host = static_cast<uint64_t>(std::max<int64_t>(0, host_now() - host_before));
+  const auto device = static_cast<uint64_t>(std::max<int64_t>(0, device_memory_used() - device_before));
+  bytes_ = host + device;
+  const CleanupId id = slot.arm(bytes_, [ctx] { mtmd_free(ctx); });
+  if (device > 0) scope_.place(id, host, {DeviceBytes{device_place(accelerator_devices().front()), device}});
+  ctx_ = {ctx, &scope_, id};
+}
+
+}  // namespace reclaim

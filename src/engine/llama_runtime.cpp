@@ -1,7 +1,7 @@
 #include "engine/llama_runtime.h"
 
 #include <llama.h>
-#include <mtmd.h>
+#include <mtmd-helper.h>
 
 #include <algorithm>
 #include <atomic>
@@ -71,7 +71,7 @@ Runtime::Runtime(RuntimeOptions options) {
   g_verbose = options.verbose;
   before_ = Usage::capture();
   llama_log_set(on_llama_log, nullptr);
-  mtmd_log_set(on_llama_log, nullptr);  // image projectors' errors too, on the same thread's list
+  mtmd_helper_log_set(on_llama_log, nullptr);  // image projectors' and decoders' errors too, on the same list
   llama_backend_init();  // ggml's f16/GELU tables and the backend registry
   set_device_probe(probe_device_memory);
   if (!accelerator_names().empty()) {
@@ -95,7 +95,7 @@ Runtime::~Runtime() {
   set_device_probe(nullptr);
   llama_backend_free();
   llama_log_set(nullptr, nullptr);
-  mtmd_log_set(nullptr, nullptr);
+  mtmd_helper_log_set(nullptr, nullptr);
   g_started = false;
 }
 

@@ -305,20 +305,37 @@ TEST(Serve, UnloadDrainsOrCancelsWhatRuns) {
 
   // A stream cancelled by an unload still ends as OpenAI's clients expect:
   // finish_reason "length" (cut short), then [DONE].
+  // Cancelled once its first bytes are out: before, a stream that has not
+  // started answers the cancel with its status (a 503), as it would any error.
+  std::promise<void> begun;
+  std::string streamed_body;
   auto streaming = std::async(std::launch::async, [&] {
     httplib::Client c("127.0.0.1", s.port());
     c.set_read_timeout(120, 0);
     json req = chat(-1, true);
     req.erase("max_tokens");
-    return c.Post("/v1/chat/completions", req.dump(), "application/json");
+    httplib::Request rq;
+    rq.method = "POST";
+    rq.path = "/v1/chat/completions";
+    rq.body = req.dump();
+    rq.set_header("Content-Type", "application/json");
+    bool first = true;
+    rq.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+      streamed_body.append(data, n);
+      if (first) begun.set_value();
+      first = false;
+      return true;
+    };
+    return c.send(rq);
   });
-  ASSERT_TRUE(s.until([&] { return s.model("bpe")["in_flight"] == 1; }));
+  ASSERT_EQ(begun.get_future().wait_for(std::chrono::seconds(60)), std::future_status::ready);
   ASSERT_EQ(s.post("/v1/models/unload", {{"model", "bpe"}, {"mode", "cancel"}})->status, 200);
   auto streamed = streaming.get();
   ASSERT_TRUE(streamed);
   EXPECT_EQ(streamed->status, 200);
-  EXPECT_NE(streamed->body.find("\"finish_reason\":\"length\""), std::string::npos) << streamed->body.substr(0, 300);
-  EXPECT_EQ(streamed->body.substr(streamed->body.size() - 14), "data: [DONE]\n\n");
+  EXPECT_NE(streamed_body.find("\"finish_reason\":\"length\""), std::string::npos) << streamed_body.substr(0, 300);
+  ASSERT_GE(streamed_body.size(), 14u);
+  EXPECT_EQ(streamed_body.substr(streamed_body.size() - 14), "data: [DONE]\n\n");
 
   // drain: the request finishes first.
   auto short_one = std::async(std::launch::async, [&] {

@@ -6,17 +6,18 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
-#include <chrono>
 #include <latch>
 #include <thread>
 
 #include "engine/generate.h"
 #include "engine/session.h"
+#include "batch_checks.h"
 #include "small_models.h"
 
 using namespace reclaim;
 using reclaim::testing::small_load;
 using reclaim::testing::small_session;
+using reclaim::testing::eventually;
 
 namespace {
 
@@ -99,11 +100,8 @@ TEST(CoreTurns, AStepsTurnHoldsTheOtherModelUntilItsSamplingIsDone) {
       const DecodeTurn turn(b);
       b_decoding = true;
     });
-    const auto bound = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while (core_turn_stats().waited == before.waited && std::chrono::steady_clock::now() < bound) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    ASSERT_GT(core_turn_stats().waited, before.waited) << "the other model queued for its turn";
+    ASSERT_TRUE(eventually([&] { return core_turn_stats().waited > before.waited; }))
+        << "the other model queued for its turn";
     EXPECT_FALSE(b_decoding.load()) << "a's step is not over";
   }
   other.join();

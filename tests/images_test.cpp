@@ -70,6 +70,9 @@ TEST(Images, EachHostileOneIsABadImageSayingWhichAndWhy) {
   // A truncated file: its header is whole, its pixels are not.
   why = refusal(p, {good.substr(0, good.size() / 2)});
   EXPECT_TRUE(has(why, "image 1") && has(why, "cannot be decoded")) << why;
+  // After one decoded: the request's scope frees what it had.
+  why = refusal(p, {good, png(16, 16, 3), good.substr(0, good.size() / 2)});
+  EXPECT_TRUE(has(why, "image 3") && has(why, "cannot be decoded")) << why;
   // Decompression bombs: a header that claims what the decoder would not
   // allocate, and one under that but above the server's bound.
   why = refusal(p, {png(65535, 65535, 0, 1, 1)});

@@ -42,7 +42,7 @@ namespace {
 // model, whose rows are 151,936 floats). One step as wide as any to come,
 // decoded as the context is made, sizes it with the context.
 void reserve_output_rows(llama_context* ctx, const llama_context_params& cp, int32_t rows_per_seq) {
-  const auto total = static_cast<int32_t>(std::min(cp.n_outputs_max, cp.n_batch));
+  const auto total = static_cast<int32_t>(primed_output_rows(cp));
   if (total <= static_cast<int32_t>(cp.n_seq_max)) return;
   const auto n_seq = static_cast<int32_t>(cp.n_seq_max);
   const int32_t per_seq = std::min(rows_per_seq, static_cast<int32_t>(cp.n_ctx / cp.n_seq_max));

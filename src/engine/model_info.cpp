@@ -65,14 +65,12 @@ ModelInfo model_info(const llama_model* model, const std::string& path) {
 
 namespace {
 
-// llama.cpp makes a context's output buffer for n_seq_max rows (counted in
-// the planned context's heap) and grows it at the first step with more; a
-// context allowed more rows a step (a batch that guesses) has them from the
-// start (engine/batcher.cpp primes it), and they are not in llama.cpp's
-// memory breakdown.
+// The rows a context is primed to beyond the n_seq_max that the planned
+// context's heap already counts: they are not in llama.cpp's memory
+// breakdown.
 int64_t output_rows_growth(const llama_model* model, const llama_context_params& p) {
-  const int64_t rows = std::min(p.n_outputs_max, p.n_batch);
-  if (p.n_outputs_max == 0 || rows <= static_cast<int64_t>(p.n_seq_max)) return 0;
+  const int64_t rows = primed_output_rows(p);
+  if (rows <= static_cast<int64_t>(p.n_seq_max)) return 0;
   int64_t per_row = static_cast<int64_t>(llama_vocab_n_tokens(llama_model_get_vocab(model))) * sizeof(float);
   if (p.embeddings) per_row += static_cast<int64_t>(llama_model_n_embd_out(model)) * sizeof(float);
   return (rows - p.n_seq_max) * per_row;

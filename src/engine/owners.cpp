@@ -78,16 +78,16 @@ bool on_progress(float p, void* data) {
   return false;
 }
 
-std::string base_name(const std::string& path) {
-  size_t slash = path.find_last_of('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
-
 // Heap and device memory in use: what a context's buffers come from. Read
 // without /proc, since it brackets every context creation.
 int64_t allocated() { return static_cast<int64_t>(heap_stats().in_use) + device_memory_used(); }
 
 }  // namespace
+
+std::string base_name(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
 
 ScopedRef<llama_model> load_model(Scope& scope, const ModelLoad& load, uint64_t* bytes) {
   check_model_file(load.path);

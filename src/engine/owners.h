@@ -6,6 +6,7 @@
 
 #include <llama.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -83,6 +84,18 @@ void check_model_file(const std::string& path);
 // llama_model_load_from_file with the blocks it makes in an arena of their
 // own (core/arena.h), so that freeing the model gives them back whole.
 llama_model* load_in_arena(const std::string& path, const llama_model_params& params);
+
+// The rows of logits a context has from its creation: llama.cpp makes n_seq_max
+// and grows them at the first step with more; a context allowed more a step
+// (n_outputs_max, as a batch that guesses is) is primed to them by its
+// maker (engine/batcher.cpp), and an estimate counts them (model_info.cpp).
+inline int64_t primed_output_rows(const llama_context_params& p) {
+  const int64_t allowed = p.n_outputs_max == 0 ? 0 : std::min(p.n_outputs_max, p.n_batch);
+  return std::max<int64_t>(p.n_seq_max, allowed);
+}
+
+// A file's name without its folders: the label of its ledger entry.
+std::string base_name(const std::string& path);
 
 // `bytes`, when given, gets what the model's ledger entry holds.
 ScopedRef<llama_model> load_model(Scope& scope, const ModelLoad& load, uint64_t* bytes = nullptr);

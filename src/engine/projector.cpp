@@ -12,17 +12,8 @@
 
 namespace reclaim {
 
-namespace {
-
-std::string base_name(const std::string& path) {
-  const size_t slash = path.find_last_of('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
-
-}  // namespace
-
 Projector::Projector(Model& model, const std::string& path)
-    : path_(path), scope_(model.scope(), "mmproj", ScopeOptions{.release_heap_on_close = true}) {
+    : scope_(model.scope(), "mmproj", ScopeOptions{.release_heap_on_close = true}) {
   check_model_file(path);
   Scope::Slot slot = scope_.reserve(Kind::model, base_name(path));
   const bool on_device = model.n_gpu_layers() != 0 && !accelerator_devices().empty();

@@ -27,12 +27,9 @@ class Projector {
   Projector& operator=(const Projector&) = delete;
 
   mtmd_context* get() const { return ctx_.get(); }
-  const std::string& path() const { return path_; }
   uint64_t bytes() const { return bytes_; }
-  Scope& scope() { return scope_; }
 
  private:
-  std::string path_;
   Scope scope_;
   ScopedRef<mtmd_context> ctx_;
   uint64_t bytes_ = 0;

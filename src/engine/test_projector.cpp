@@ -91,17 +91,4 @@ void make_test_projector(const TestProjectorSpec& s, const std::string& out) {
   }
 }
 
-int64_t model_embd(const std::string& model_path) {
-  gguf_init_params params{true, nullptr};
-  gguf_context* g = gguf_init_from_file(model_path.c_str(), params);
-  if (!g) throw Error("cannot read the model file '" + model_path + "'");
-  Defer free_g([g] { gguf_free(g); });
-  const int64_t arch_key = gguf_find_key(g, "general.architecture");
-  if (arch_key < 0) throw Error("'" + model_path + "' names no architecture");
-  const std::string key = std::string(gguf_get_val_str(g, arch_key)) + ".embedding_length";
-  const int64_t k = gguf_find_key(g, key.c_str());
-  if (k < 0 || gguf_get_kv_type(g, k) != GGUF_TYPE_UINT32) throw Error("'" + model_path + "' has no " + key);
-  return gguf_get_val_u32(g, k);
-}
-
 }  // namespace reclaim

@@ -31,8 +31,4 @@ inline int64_t test_projector_tokens(const TestProjectorSpec& s) {
 // Writes the projector to `out` through a temporary file renamed at the end.
 void make_test_projector(const TestProjectorSpec& spec, const std::string& out);
 
-// The text width of a model file (its llama-architecture embedding_length),
-// for a projector that fits it.
-int64_t model_embd(const std::string& model_path);
-
 }  // namespace reclaim

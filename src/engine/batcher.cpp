@@ -1,13 +1,20 @@
 #include "engine/batcher.h"
 
+#include <mtmd-helper.h>
+#include <mtmd.h>
+
 #include <algorithm>
 #include <exception>
+#include <optional>
 
 #include "core/defer.h"
 #include "core/heap.h"
 #include "engine/core_turns.h"
 #include "engine/generation.h"
+#include "engine/image_prompt.h"
+#include "engine/llama_runtime.h"
 #include "engine/model.h"
+#include "engine/projector.h"
 
 namespace reclaim {
 
@@ -67,6 +74,10 @@ struct Batcher::Job {
   GenerateResult* result = nullptr;
   const CancelToken* cancel = nullptr;
   bool cache_prompt = true;
+  Scope* scope = nullptr;  // the request's
+  // Its images' runs in the prompt, each decoded alone when the prompt's
+  // feed reaches it (Batcher::feed_image); null: a prompt of text.
+  const std::vector<ImageSpan>* images = nullptr;
 
   // The decode thread's own.
   int32_t seq = -1;
@@ -81,6 +92,8 @@ struct Batcher::Job {
   std::vector<llama_token> guess;
   int32_t n_guess = 0;
   GuessPace pace;  // with a draft model
+  size_t next_image = 0;   // the first of `images` not yet in the cells
+  int32_t extra_cells = 0; // cells beyond positions (images under M-RoPE)
   int32_t cached = 0;    // prompt tokens the cache gave
   std::chrono::steady_clock::time_point began;  // when it got its sequence
   bool wants_progress = false, wants_timings = false;  // the caller's hooks
@@ -191,14 +204,32 @@ bool Batcher::abort_poll(void* data) {
 GenerateResult Batcher::generate(const GenerateRequest& req, const GenerateHooks& hooks, const CancelToken* cancel) {
   GenerateResult r;
   Scope request(scope_, next_request_name());
+  // Before the job: the decode thread reads its images' runs until it lets
+  // go of the job.
+  std::optional<ImagePrompt> with_images;
   Job job;
-  job.prompt = prompt_tokens(model_.vocab(), req, n_ctx_seq_);
+  job.scope = &request;
+  job.cache_prompt = req.cache_prompt;
+  if (req.images.empty()) {
+    job.prompt = prompt_tokens(model_.vocab(), req, n_ctx_seq_);
+  } else {
+    const Projector* projector = model_.projector();
+    if (!projector) throw BadImage("this model takes no images: it has no projector (its mmproj)");
+    if (!req.prompt_tokens.empty()) throw BadPrompt("a prompt with images is text, not token ids");
+    if (!has_tokenizer(model_.vocab())) throw NoTokenizer("this model has no tokenizer: it reads token ids only");
+    with_images.emplace(request, *projector, req.prompt, req.images, req.add_special);
+    job.prompt = with_images->tokens();
+    check_context_fits(static_cast<int32_t>(job.prompt.size()), req.max_tokens, n_ctx_seq_);
+    job.images = &with_images->images();
+    // Under M-RoPE the cells' positions are not the tokens' indices, which
+    // the prompt cache's prefixes count in.
+    if (!with_images->positions_are_indices()) job.cache_prompt = false;
+  }
   Generation gen(request, model_.vocab(), req, job.prompt, r);
   gen.stop_when([&job] { return job.stopped(); });
   job.gen = &gen;
   job.result = &r;
   job.cancel = cancel;
-  job.cache_prompt = req.cache_prompt;
   job.wants_progress = static_cast<bool>(hooks.on_prompt_progress);
   job.wants_timings = static_cast<bool>(hooks.on_timings);
   // After the sampler, so it runs before the chain is freed.
@@ -305,6 +336,10 @@ void Batcher::admit() {
       const int32_t kept = cache_->take(ctx_.get(), p, j->prompt, j->cache_prompt, n_swa_);
       j->n_past = j->n_fed = kept;
       j->cached = kept;
+      // The cache never keeps part of an image: those before `kept` are whole.
+      if (j->images) {
+        while (j->next_image < j->images->size() && (*j->images)[j->next_image].start < kept) ++j->next_image;
+      }
       j->result->timings.cached_tokens = kept;
       j->began = std::chrono::steady_clock::now();
       report_progress(*j, true);
@@ -464,7 +499,10 @@ bool Batcher::fill_batch() {
     const int32_t room = n_batch_ - b.n_tokens;
     if (room <= 0) break;
     const auto n_prompt = static_cast<int32_t>(j->prompt.size());
-    const int32_t n = std::min(room, n_prompt - j->n_fed);
+    // Up to its next image, which is decoded alone (feed_image).
+    const int32_t end = j->images && j->next_image < j->images->size() ? (*j->images)[j->next_image].start : n_prompt;
+    const int32_t n = std::min(room, end - j->n_fed);
+    if (n <= 0) continue;
     const bool last = j->n_fed + n == n_prompt;
     for (int32_t k = 0; k < n; ++k) add(j->prompt[static_cast<size_t>(j->n_fed + k)], j->n_past + k, j->seq, last && k == n - 1);
     j->row = last ? b.n_tokens - 1 : -1;
@@ -474,8 +512,74 @@ bool Batcher::fill_batch() {
   return b.n_tokens > 0;
 }
 
+bool Batcher::feed_images() {
+  std::vector<Job*>& live = held_;  // reserved: no allocation here
+  live.clear();
+  {
+    std::lock_guard lock(mu_);
+    for (Job* j : slots_) {
+      if (j && j->images && !j->generating() && j->next_image < j->images->size() &&
+          (*j->images)[j->next_image].start == j->n_fed) {
+        live.push_back(j);
+      }
+    }
+  }
+  for (Job* j : live) feed_image(*j);
+  return !live.empty();
+}
+
+void Batcher::feed_image(Job& j) {
+  const ImageSpan& image = (*j.images)[j.next_image];
+  mtmd_context* mtmd = model_.projector()->get();
+  // The image's decode stops, as a step does, when its request is stopped.
+  in_batch_.push_back(&j);
+  Defer out([this] { in_batch_.clear(); });
+  try {
+    const StepTurn turn(model_);
+    // Its embeddings, the request's until they are in the cells.
+    Scope::Slot slot = j.scope->reserve(Kind::buffer, "image embeddings");
+    mtmd_batch* encoded = mtmd_batch_init(mtmd);
+    if (!encoded) throw std::bad_alloc();
+    const uint64_t bytes = static_cast<uint64_t>(image.n_tokens) * static_cast<uint64_t>(llama_model_n_embd_inp(model_.get())) * sizeof(float);
+    const CleanupId id = slot.arm(bytes, [encoded] { mtmd_batch_free(encoded); });
+    Defer free_embeddings([&] { j.scope->release(id); });
+    take_llama_errors();
+    float* embd = nullptr;
+    if (mtmd_batch_add_chunk(encoded, image.chunk) == 0 && mtmd_batch_encode(encoded) == 0) {
+      embd = mtmd_batch_get_output_embd(encoded, image.chunk);
+    }
+    if (!embd) {
+      const std::string why = take_llama_errors();
+      throw Error("the projector could not encode image " + std::to_string(j.next_image + 1) +
+                  (why.empty() ? "" : ": " + why));
+    }
+    llama_pos past = j.n_past;
+    const int32_t rc = mtmd_helper_decode_image_chunk(mtmd, ctx_.get(), image.chunk, embd, j.n_past, j.seq, n_batch_,
+                                                      &past, nullptr, nullptr);
+    steps_.fetch_add(1);
+    tokens_.fetch_add(static_cast<uint64_t>(image.n_tokens));
+    busy_.fetch_add(1);
+    if (rc == 2) return;  // aborted: the request is stopping; the next turn retires it
+    if (rc != 0) {
+      throw Error("llama_decode failed (code " + std::to_string(rc) + ") at image " + std::to_string(j.next_image + 1) +
+                  " of " + std::to_string(image.n_tokens) + " embeddings");
+    }
+    j.n_past = past;
+    j.n_fed += image.n_tokens;
+    j.extra_cells += image.n_tokens - image.n_pos;
+    ++j.next_image;
+  } catch (...) {
+    j.error = std::current_exception();
+    std::move(out).invoke();
+    retire(j, false);
+    return;
+  }
+  report_progress(j, false);
+}
+
 bool Batcher::step() {
-  if (!fill_batch()) return false;
+  const bool fed = feed_images();
+  if (!fill_batch()) return fed;
   llama_batch& b = *batch_.get();
   // The step's decodes, its sampling and its draft's guesses in one turn.
   const StepTurn turn(model_);
@@ -514,7 +618,7 @@ void Batcher::advance(Job& j) {
   }
   if (j.row < 0) return;
   try {
-    if (spec_.on()) {
+    if (spec_.on() && !j.images) {
       if (was_prompt) {
         j.history = j.prompt;
       } else {
@@ -531,7 +635,7 @@ void Batcher::advance(Job& j) {
     int32_t kept = 0;
     for (int32_t i = 0;; ++i) {
       t = j.gen->sample(ctx_.get(), j.row + i);
-      end = j.gen->accept(t, j.n_past, n_ctx_seq_, text);
+      end = j.gen->accept(t, j.n_past, n_ctx_seq_ - j.extra_cells, text);
       if (end || i == j.n_guess || t != j.guess[static_cast<size_t>(i)]) break;
       ++j.n_past;
       ++kept;
@@ -575,7 +679,9 @@ void Batcher::advance(Job& j) {
 
 void Batcher::guess_next(Job& j) {
   j.guess.clear();
-  if (!spec_.on()) return;
+  // The guesses are text; a prompt's images are not (their stand-ins are
+  // no tokens a draft could read).
+  if (!spec_.on() || j.images) return;
   // Tokens past the request's length or its context would be decoded for
   // nothing: the step makes 1 + guesses tokens at most.
   int32_t n_max = std::min(spec_.draft_max, n_ctx_seq_ - j.n_past - 1);

@@ -112,6 +112,11 @@ class Batcher {
   struct Job;
   void loop() noexcept;
   bool step();  // one batch; false when there was nothing to decode
+  // Each image a job's prompt has reached, encoded by the projector and
+  // decoded into the job's cells alone (an image's embeddings are no
+  // tokens of the shared batch); false: none had.
+  bool feed_images();
+  void feed_image(Job& j);
   // The step's batch from the jobs in their slots, into in_batch_; false:
   // none has a token to decode.
   bool fill_batch();

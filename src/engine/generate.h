@@ -26,6 +26,9 @@ struct GenerateRequest {
   std::vector<std::string> stop;
   SamplingParams sampling;
   bool add_special = true;   // BOS/EOS as the model's vocab asks for
+  // Image files' bytes, one for each image_marker() in `prompt`, in order
+  // (engine/image_prompt.h); on a batch, for a model with a projector.
+  std::vector<std::string> images;
   // On a batch (engine/prompt_cache.h): start from the cells of an earlier
   // request that share a prefix with the prompt, and leave this one's for a
   // later one. False: neither.

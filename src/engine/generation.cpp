@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "engine/image_prompt.h"
+
 namespace reclaim {
 
 std::vector<llama_token> prompt_tokens(const llama_vocab* vocab, const GenerateRequest& req, int32_t n_ctx) {
@@ -29,7 +31,9 @@ Generation::Generation(Scope& scope, const llama_vocab* vocab, const GenerateReq
   if (!argmax) {
     result_.seed = resolve_seed(req.sampling);
     sampler_ = new_sampler(scope, vocab, req.sampling, result_.seed);
-    for (llama_token t : prompt) llama_sampler_accept(sampler_.get(), t);
+    for (llama_token t : prompt) {
+      if (!is_image_token(t)) llama_sampler_accept(sampler_.get(), t);
+    }
   }
   // The grammar is a sampler apart from the chain: the chain reads the
   // prompt (for its penalties), the grammar only what is generated.

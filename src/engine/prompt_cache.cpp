@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "engine/image_prompt.h"
+
 namespace reclaim {
 
 PromptCache::PromptCache(Scope& model_scope, Scope& context_scope, CleanupId context_entry,
@@ -21,7 +23,7 @@ int32_t PromptCache::take(llama_context* ctx, const Pick& p, const std::vector<l
   llama_memory_t mem = llama_get_memory(ctx);
   auto shared = [&] {
     const auto common = static_cast<int32_t>(common_prefix(q.tokens, prompt));
-    return reuse ? std::min(common, static_cast<int32_t>(prompt.size()) - 1) : 0;
+    return reuse ? image_start_before(prompt, std::min(common, static_cast<int32_t>(prompt.size()) - 1)) : 0;
   };
   // Most of another conversation would be lost here: kept in the store, for
   // when it comes back (llama-server saves a slot it is about to lose half

@@ -157,4 +157,18 @@ inline const std::string& bpe() {
   return p;
 }
 
+// The spm test model again, with an image projector of its width.
+struct SeeingModel {
+  std::string model, mmproj;
+};
+inline const SeeingModel& seeing() {
+  static const SeeingModel m = [] {
+    SeeingModel s{reclaim::testing::temp_path("cli_seeing.gguf"), reclaim::testing::temp_path("cli_seeing-mmproj.gguf")};
+    Result r = run("make-test-model --out " + s.model + " --vocab spm --embd 128 --layers 2 --type f16 --mmproj " + s.mmproj);
+    EXPECT_EQ(r.status, 0) << r.out << r.err;
+    return s;
+  }();
+  return m;
+}
+
 }  // namespace reclaim::testing

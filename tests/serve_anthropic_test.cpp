@@ -97,7 +97,7 @@ TEST(ServeAnthropic, AMessageItsStreamAndItsCountAgree) {
   // Refused before routing, still in Anthropic's shape: a wrong key, a body
   // over the limit.
   expect_anthropic_error(s.post("/v1/messages", kBody, {{"x-api-key", "sk-wrong"}}), 401, "authentication_error", "API key");
-  const std::string huge(9u << 20, ' ');
+  const std::string huge(33u << 20, ' ');
   expect_anthropic_error(s.http().Post("/v1/messages", huge, "application/json"), 413, "request_too_large", "larger");
   s.post("/v1/models/unload", {{"model", "only"}});
   s.expect_clean();

@@ -89,7 +89,7 @@ TEST(ServeChat, EachMistakeIsA400NamingItsField) {
   };
   const std::vector<Case> cases = {
       {{{"messages", json::array({{{"role", "user"}, {"content", json::array({{{"type", "image_url"}, {"image_url", {{"url", "x"}}}}})}}})}},
-       "messages[0].content[0]"},
+       "messages[0].content[0].image_url.url"},
       {{{"messages", json::array({{{"role", "robot"}, {"content", "x"}}})}}, "messages[0].role"},
       {{{"messages", json::array({{{"role", "user"}, {"content", nullptr}}})}}, "messages[0].content"},
       {{{"tools", json::array({weather_tool()})}, {"tool_choice", {{"type", "function"}, {"function", {{"name", "other"}}}}}},
@@ -276,7 +276,7 @@ TEST(ServeChat, TheOfficialOpenAINodeSdkGetsEmbeddingsJsonLogprobsAndReplaysAToo
   EXPECT_EQ(got["logprobs"]["top"], true) << out;
   EXPECT_EQ(got["replay"]["content"], "string") << out;
   EXPECT_EQ(got["image"]["status"], 400) << out;
-  EXPECT_EQ(got["image"]["param"], "messages[0].content[0]") << out;
+  EXPECT_EQ(got["image"]["param"], "messages[0].content[0].image_url.url") << out;
   s.expect_clean();
 }
 

@@ -116,7 +116,7 @@ TEST(ServeCompat, TheBodyIsJsonWhateverItsContentTypeSays) {
     EXPECT_EQ(r->status, 200) << type << ": " << r->body;
   }
   // The size limit holds whatever the type.
-  const std::string huge = json(kPrompt).dump() + std::string(9 << 20, ' ');
+  const std::string huge = json(kPrompt).dump() + std::string(33 << 20, ' ');
   for (const char* type : {"application/x-www-form-urlencoded", "application/json"}) {
     expect_error(s.http().Post("/v1/completions", huge, type), 413, "larger than");
   }

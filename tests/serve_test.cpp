@@ -180,11 +180,11 @@ TEST(Serve, EveryErrorIsAnOpenAIErrorWithItsStatus) {
   expect_error(s.post("/v1/chat/completions", bad), 400, "not a name");
   bad["model"] = "nope";
   expect_error(s.post("/v1/chat/completions", bad), 404, "'nope'");
-  // Text only: an image is the client's mistake, named.
+  // An image that is no data: URL is the client's mistake, named.
   bad["model"] = "spm";
   bad["messages"] = json::array({{{"role", "user"}, {"content", json::array({{{"type", "image_url"}, {"image_url", {{"url", "x"}}}}})}}});
-  expect_error(s.post("/v1/chat/completions", bad), 400, "reads text only");
-  expect_error(s.http().Post("/v1/completions", std::string(9u << 20, 'x'), "application/json"), 413, "larger");
+  expect_error(s.post("/v1/chat/completions", bad), 400, "must be a data: URL");
+  expect_error(s.http().Post("/v1/completions", std::string(33u << 20, 'x'), "application/json"), 413, "larger");
   expect_error(s.post("/v1/models/unload", {{"model", "spm"}, {"mode", "later"}}), 400, "'mode'");
   s.expect_clean();
 }

@@ -17,7 +17,7 @@ namespace {
 using nlohmann::json;
 
 const char* const kKeys =
-    "path, aliases, ctx, parallel, threads, gpu_layers, pooling, spec_type, draft, draft_max, draft_min, chat_template, jinja, "
+    "path, aliases, ctx, parallel, threads, gpu_layers, pooling, spec_type, draft, mmproj, draft_max, draft_min, chat_template, jinja, "
     "system, keep_alive, pin, preload, defaults";
 
 class Reader {
@@ -125,6 +125,9 @@ class Reader {
       } else if (field == "draft") {
         s.draft = string(v, key);
         if (s.draft->empty()) fail(v, key, "is empty");
+      } else if (field == "mmproj") {
+        s.mmproj = string(v, key);
+        if (s.mmproj->empty()) fail(v, key, "is empty");
       } else if (field == "draft_max") {
         s.draft_max = integer(v, key, 1, kMaxDraft);
       } else if (field == "draft_min") {

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -26,23 +27,6 @@ bool is_file(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
-// Every .gguf in --models-dir, named by its file.
-std::vector<ModelSpec> models_in_folder(const std::string& dir) {
-  std::vector<ModelSpec> out;
-  if (dir.empty()) return out;
-  DIR* d = ::opendir(dir.c_str());
-  if (!d) throw Error("--models-dir '" + dir + "' cannot be read: " + std::strerror(errno));
-  std::vector<std::string> names;
-  while (dirent* e = ::readdir(d)) {
-    std::string n = e->d_name;
-    if (n.size() > 5 && n.substr(n.size() - 5) == ".gguf") names.push_back(n);
-  }
-  ::closedir(d);
-  std::sort(names.begin(), names.end());
-  for (const std::string& n : names) out.push_back({n.substr(0, n.size() - 5), dir + "/" + n, false});
-  return out;
-}
-
 std::vector<ModelSpec> models_in_config(const std::string& file) {
   std::vector<ModelSpec> out;
   if (file.empty()) return out;
@@ -57,6 +41,11 @@ std::vector<ModelSpec> models_in_config(const std::string& file) {
     } catch (const std::exception& e) {
       throw Error(file + ": models." + m.name + ".draft: " + e.what());
     }
+    try {
+      if (m.settings.mmproj) check_model_file(*m.settings.mmproj);
+    } catch (const std::exception& e) {
+      throw Error(file + ": models." + m.name + ".mmproj: " + e.what());
+    }
     out.push_back(std::move(m));
   }
   return out;
@@ -70,10 +59,93 @@ std::string folder_stamp(const std::string& dir) {
          std::to_string(st.st_ctim.tv_sec) + "." + std::to_string(st.st_ctim.tv_nsec);
 }
 
+bool is_gguf(const std::string& name) { return name.size() > 5 && name.compare(name.size() - 5, 5, ".gguf") == 0; }
+
+// A projector's file, as llama-server's router and llama.cpp's -hf name
+// them: "mmproj" first (any case).
+bool is_projector_file(const std::string& name) {
+  if (name.size() < 6) return false;
+  std::string head = name.substr(0, 6);
+  std::transform(head.begin(), head.end(), head.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return head == "mmproj";
+}
+
+// The entries of `dir`: its .gguf files and its folders, sorted.
+void read_folder(const std::string& dir, std::vector<std::string>& files, std::vector<std::string>& folders) {
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) throw Error("'" + dir + "' cannot be read: " + std::strerror(errno));
+  while (dirent* e = ::readdir(d)) {
+    const std::string n = e->d_name;
+    if (n == "." || n == "..") continue;
+    struct stat st {};
+    if (::stat((dir + "/" + n).c_str(), &st) != 0) continue;
+    if (S_ISDIR(st.st_mode)) folders.push_back(n);
+    if (S_ISREG(st.st_mode) && is_gguf(n)) files.push_back(n);
+  }
+  ::closedir(d);
+  std::sort(files.begin(), files.end());
+  std::sort(folders.begin(), folders.end());
+}
+
+// A folder of one model (llama-server's router layout): its one GGUF, or a
+// split one's first part, with its projector beside it. False where it
+// holds no model, or several.
+bool model_in_subfolder(const std::string& dir, const std::string& name, ModelSpec& out) {
+  std::vector<std::string> files, folders;
+  try {
+    read_folder(dir, files, folders);
+  } catch (const Error&) {
+    return false;
+  }
+  std::vector<std::string> models, projectors;
+  for (const std::string& f : files) (is_projector_file(f) ? projectors : models).push_back(f);
+  std::string model;
+  if (models.size() == 1) {
+    model = models[0];
+  } else {
+    for (const std::string& f : models) {
+      if (f.find("-00001-of-") != std::string::npos) model = model.empty() ? f : "";
+    }
+  }
+  if (model.empty() || projectors.size() > 1) return false;
+  out = {name, dir + "/" + model, false};
+  if (!projectors.empty()) out.settings.mmproj = dir + "/" + projectors[0];
+  return true;
+}
+
 }  // namespace
 
-std::vector<ModelSpec> models_from_flags(const std::vector<std::string>& models, const std::string& draft) {
+std::vector<ModelSpec> models_in_folder(const std::string& dir) {
+  std::vector<ModelSpec> out;
+  if (dir.empty()) return out;
+  std::vector<std::string> files, folders;
+  try {
+    read_folder(dir, files, folders);
+  } catch (const Error& e) {
+    throw Error("--models-dir " + std::string(e.what()));
+  }
+  std::set<std::string> projectors;
+  for (const std::string& f : files) {
+    if (is_projector_file(f)) projectors.insert(f);
+  }
+  for (const std::string& f : files) {
+    if (is_projector_file(f)) continue;
+    const std::string name = f.substr(0, f.size() - 5);
+    out.push_back({name, dir + "/" + f, false});
+    // Beside it: "mmproj-NAME.gguf".
+    if (const std::string p = "mmproj-" + f; projectors.count(p)) out.back().settings.mmproj = dir + "/" + p;
+  }
+  for (const std::string& sub : folders) {
+    ModelSpec m;
+    if (model_in_subfolder(dir + "/" + sub, sub, m)) out.push_back(std::move(m));
+  }
+  return out;
+}
+
+std::vector<ModelSpec> models_from_flags(const std::vector<std::string>& models, const std::string& draft,
+                                         const std::string& mmproj) {
   if (!draft.empty()) check_model_file(draft);
+  if (!mmproj.empty()) check_model_file(mmproj);
   std::vector<ModelSpec> out;
   for (const std::string& m : models) {
     std::string path = m, alias;
@@ -92,6 +164,7 @@ std::vector<ModelSpec> models_from_flags(const std::vector<std::string>& models,
     }
     out.push_back({alias, path, false});
     if (!draft.empty()) out.back().settings.draft = draft;
+    if (!mmproj.empty()) out.back().settings.mmproj = mmproj;
   }
   return out;
 }
@@ -101,6 +174,7 @@ ModelSpec store_model_spec(const StoreModel& m, StoreKind kind, std::vector<std:
   spec.name = m.name;
   spec.path = m.path;
   spec.settings.aliases = m.aliases;
+  if (!m.projector.empty()) spec.settings.mmproj = m.projector;
   if (!m.system.empty()) spec.settings.system = m.system;
   // Ollama's PARAMETER names and the request fields they are.
   static const std::vector<std::pair<const char*, const char*>> kSame = {
@@ -130,7 +204,7 @@ ModelSpec store_model_spec(const StoreModel& m, StoreKind kind, std::vector<std:
   return spec;
 }
 
-ModelSources::ModelSources(SourceArgs a) : a_(std::move(a)), stores_(a_.stores), flags_(models_from_flags(a_.models, a_.draft)) {
+ModelSources::ModelSources(SourceArgs a) : a_(std::move(a)), stores_(a_.stores), flags_(models_from_flags(a_.models, a_.draft, a_.mmproj)) {
   now_ = read_changing(nullptr);
   empty_at_start_ = flags_.empty() && now_.folder.empty() && now_.config.empty() && now_.stores.empty();
 }

@@ -19,6 +19,7 @@ namespace reclaim::cli {
 struct SourceArgs {
   std::vector<std::string> models;  // -m PATH[:ALIAS]
   std::string draft;                // --draft FILE: the draft model of those
+  std::string mmproj;               // --mmproj FILE: their image projector
   std::string models_dir, config;
   std::vector<std::string> pins;
   std::vector<Store> stores;  // in the order named: an earlier one's name wins
@@ -28,8 +29,17 @@ struct SourceArgs {
 // is all after the first ".gguf:", so that it may hold colons (qwen2.5:7b)
 // and the folders a colon; a file not named .gguf takes its alias after the
 // last colon that no '/' follows.
-// `draft`, when not empty, is each one's draft model (speculative decoding).
-std::vector<ModelSpec> models_from_flags(const std::vector<std::string>& models, const std::string& draft = "");
+// `draft`, when not empty, is each one's draft model (speculative decoding);
+// `mmproj` each one's image projector.
+std::vector<ModelSpec> models_from_flags(const std::vector<std::string>& models, const std::string& draft = "",
+                                         const std::string& mmproj = "");
+
+// --models-dir's models: each .gguf in it named by its file, with
+// "mmproj-FILE" beside it as its projector; and each folder in it that holds
+// one model (a split one's first part) named by the folder, with the
+// "mmproj*.gguf" there as its projector (llama-server's router's layout).
+// Projector files are no models.
+std::vector<ModelSpec> models_in_folder(const std::string& dir);
 
 // A store's models as the registry takes them: Ollama's params as request
 // defaults (stop, temperature, top_p, top_k, min_p, seed, repeat_penalty,

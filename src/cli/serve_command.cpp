@@ -62,6 +62,7 @@ struct Args {
   std::string pooling;
   std::string spec_type = "none";
   std::string draft;
+  std::string mmproj;
   Speculation speculation;
   std::string unload_timeout = "30s", shutdown_timeout = "30s", chat_template, load_mode = "mmap", vet_timeout = "10m";
   std::string default_model;
@@ -191,6 +192,7 @@ SourceArgs source_args(const Args& a) {
   SourceArgs s;
   s.models = a.models;
   s.draft = a.draft;
+  s.mmproj = a.mmproj;
   s.models_dir = a.models_dir;
   s.config = a.config;
   s.pins = a.pins;
@@ -246,6 +248,10 @@ RegistryOptions registry_options(const Args& a) {
   speculation_from_name(a.spec_type, opts.speculation.kind);  // checked by its option
   if (!a.draft.empty() && a.models.empty()) {
     throw Error("--draft is the draft model of the -m models, and none is named (a --config model has its own 'draft')");
+  }
+  if (!a.mmproj.empty() && a.models.empty()) {
+    throw Error("--mmproj is the image projector of the -m models, and none is named (a --config model has its own "
+                "'mmproj'; in --models-dir one lies beside its model)");
   }
   if (opts.speculation.kind == Speculation::Kind::draft && a.draft.empty()) {
     throw Error("--spec-type draft-simple needs --draft FILE (a draft model for the -m models)");
@@ -493,6 +499,9 @@ Command add_serve(CLI::App& app) {
             return speculation_from_name(v, k) ? std::string() : std::string("must be ") + kSpeculationNames;
           },
           "TYPE"));
+  sub->add_option("--mmproj", a->mmproj,
+                  "the -m models' image projector (a vision model's mmproj GGUF, loaded by llama.cpp's mtmd): "
+                  "their chats take images");
   sub->add_option("--draft,--model-draft", a->draft,
                   "a draft model of the same vocabulary for the -m models: its greedy picks are their guesses (draft-simple)");
   sub->add_option("--draft-max,--spec-draft-n-max", a->speculation.draft_max, "the most tokens a step guesses")

@@ -41,15 +41,19 @@ void check_claim(size_t i, const std::string& file, const ImageLimits& limits) {
 
 }  // namespace
 
-RequestImages::RequestImages(Scope& scope, const Projector* projector, const std::vector<std::string>& files,
-                             const ImageLimits& limits) {
-  if (files.empty()) return;
-  if (!projector) throw BadImage("this model takes no images: it has no projector (its mmproj)");
+void check_image_files(const std::vector<std::string>& files, const ImageLimits& limits) {
   if (files.size() > limits.max_images) {
     throw BadImage(std::to_string(files.size()) + " images, more than the " + std::to_string(limits.max_images) +
                    " a request may bring");
   }
   for (size_t i = 0; i < files.size(); ++i) check_claim(i, files[i], limits);
+}
+
+RequestImages::RequestImages(Scope& scope, const Projector* projector, const std::vector<std::string>& files,
+                             const ImageLimits& limits) {
+  if (files.empty()) return;
+  if (!projector) throw BadImage("this model takes no images: it has no projector (its mmproj)");
+  check_image_files(files, limits);
   bitmaps_.reserve(files.size());
   ids_.reserve(files.size());
   for (size_t i = 0; i < files.size(); ++i) {

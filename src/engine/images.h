@@ -34,6 +34,10 @@ class BadImage : public Error {
   using Error::Error;
 };
 
+// What can be refused of `files` without decoding a pixel: their count,
+// their sizes, and what their headers claim. Throws BadImage.
+void check_image_files(const std::vector<std::string>& files, const ImageLimits& limits = {});
+
 class RequestImages {
  public:
   RequestImages() = default;

@@ -25,6 +25,7 @@ struct ModelSettings {
   std::optional<std::string> spec_type;
   std::optional<int32_t> draft_max, draft_min;
   std::optional<std::string> draft;  // a draft model's file: draft-simple
+  std::optional<std::string> mmproj;  // its image projector's file (engine/projector.h)
   std::optional<std::chrono::milliseconds> keep_alive;
   std::optional<std::string> chat_template;  // a built-in name or template text
   // false: the template rendered by llama.cpp's built-in engine, the one of
@@ -53,6 +54,7 @@ inline ModelSettings taken_while_loaded(const ModelSettings& loaded, ModelSettin
   next.draft_max = loaded.draft_max;
   next.draft_min = loaded.draft_min;
   next.draft = loaded.draft;
+  next.mmproj = loaded.mmproj;
   return next;
 }
 

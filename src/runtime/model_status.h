@@ -16,6 +16,7 @@ namespace reclaim {
 
 struct ModelStatus {
   std::string name, path;
+  std::string mmproj;  // its image projector's file; empty: it takes text only
   std::vector<std::string> aliases;
   ModelState state = ModelState::unloaded;
   Life life = Life::unloaded;  // the same, as the registry's state machine has it (runtime/model_life.h)

@@ -147,6 +147,7 @@ ModelLoad Registry::model_load(Entry& e) {
   load.mode = options_.load_mode;
   load.n_gpu_layers = e.spec.settings.n_gpu_layers.value_or(options_.n_gpu_layers);
   load.n_threads = e.spec.settings.n_threads.value_or(options_.n_threads);
+  load.mmproj = e.spec.settings.mmproj.value_or("");
   // Checked where it was read (--config, --pooling): a name here is one of llama.cpp's.
   if (const std::string pooling = e.spec.settings.pooling.value_or(options_.pooling); !pooling.empty()) {
     load.pooling = pooling_from_name(pooling);

@@ -12,6 +12,7 @@ ModelStatus Registry::status_locked(const Entry& e) const {
   ModelStatus s;
   s.name = e.spec.name;
   s.path = e.spec.path;
+  s.mmproj = e.spec.settings.mmproj.value_or("");
   s.aliases = e.spec.settings.aliases;
   s.reload_pending = e.next_spec.has_value();
   s.removing = e.retired;

@@ -2,6 +2,7 @@
 
 #include <set>
 
+#include "server/image_parts.h"
 #include "server/json_fields.h"
 
 namespace reclaim::server {
@@ -15,18 +16,27 @@ const std::set<std::string>& roles() {
   return r;
 }
 
-// Text parts pass; an image, audio or file part is named, since this build
-// reads text only.
-void check_parts(const json& content, const std::string& at) {
+// Text parts pass; an image part's file goes to `images` and its place in
+// the text is marked (server/image_parts.h); an audio or file part is named.
+void check_parts(json& content, const std::string& at, std::vector<std::string>& images) {
   for (size_t k = 0; k < content.size(); ++k) {
-    const json& part = content[k];
+    json& part = content[k];
     const std::string here = at + "[" + std::to_string(k) + "]";
     if (!part.is_object() || !part.contains("type") || !part["type"].is_string()) {
       bad_field(here, "'" + here + "' must be an object with a 'type'");
     }
     const std::string type = part["type"].get<std::string>();
+    if (type == "image_url") {
+      // {"url": ...} as OpenAI sends it; a bare string as some clients do.
+      const json* url = part.contains("image_url") ? &part["image_url"] : nullptr;
+      if (url && url->is_object()) url = url->contains("url") ? &(*url)["url"] : nullptr;
+      if (!url || !url->is_string()) bad_field(here + ".image_url.url", "'" + here + ".image_url.url' must be a string");
+      images.push_back(image_from_url(url->get<std::string>(), here + ".image_url.url"));
+      part = json{{"type", "text"}, {"text", image_place()}};
+      continue;
+    }
     if (type != "text") {
-      bad_field(here, "'" + here + "' is a '" + type + "' part: this server reads text only", "unsupported_content");
+      bad_field(here, "'" + here + "' is a '" + type + "' part: this server reads text and images", "unsupported_content");
     }
     if (!part.contains("text") || !part["text"].is_string()) bad_field(here + ".text", "'" + here + ".text' must be a string");
   }
@@ -51,7 +61,7 @@ void check_tool_calls(const json& calls, const std::string& at) {
 
 // The messages as the template library reads them: OpenAI's "developer"
 // role is the system's (templates know only "system").
-json checked_messages(const json& j) {
+json checked_messages(const json& j, std::vector<std::string>& images) {
   if (!j.contains("messages") || !j["messages"].is_array() || j["messages"].empty()) {
     bad_field("messages", "'messages' must be a non-empty array");
   }
@@ -76,7 +86,7 @@ json checked_messages(const json& j) {
       if (role != "assistant") bad_field(at + ".content", "'" + at + ".content' is required for a " + role + " message");
       m["content"] = calls ? json(nullptr) : json("");
     } else if (m["content"].is_array()) {
-      check_parts(m["content"], at + ".content");
+      check_parts(m["content"], at + ".content", images);
     } else if (!m["content"].is_string()) {
       bad_field(at + ".content", "'" + at + ".content' must be a string, an array of text parts, or null");
     }
@@ -132,7 +142,8 @@ std::vector<ChatTool> checked_tools(const json& tools) {
 
 void parse_chat_fields(const json& j, CompletionRequest& r) {
   ChatRequest& c = r.chat_input;
-  c.messages = checked_messages(j).dump();
+  c.messages = checked_messages(j, r.generate.images).dump();
+  check_image_count(r.generate.images.size(), "messages");
   if (has_field(j, "tools")) c.tools = checked_tools(j["tools"]);
   if (has_field(j, "tool_choice")) {
     const json& tc = j["tool_choice"];

@@ -32,6 +32,7 @@
 #include "engine/generate.h"
 #include "engine/generation.h"
 #include "engine/grammar_limits.h"
+#include "engine/images.h"
 #include "runtime/request_run.h"
 #include "server/answer.h"
 #include "server/chat_request.h"
@@ -192,6 +193,16 @@ void prepare(Running& run) {
     for (llama_token t = 0; t < n_vocab; ++t) {
       if (llama_vocab_is_eog(model.vocab(), t)) g.sampling.logit_bias.push_back({t, -INFINITY});
     }
+  }
+  if (!g.images.empty()) {
+    // Its text is tokenized around the images on the batch, with them
+    // (engine/image_prompt.h); what can be refused now is, before any header.
+    if (!model.projector()) {
+      throw BadImage("model '" + run.req.model + "' takes no images: it has no projector (give it one with --mmproj, or "
+                     "'mmproj' in --config)");
+    }
+    check_image_files(g.images);
+    return;
   }
   // The model's own context a sequence, as its batch was made.
   g.prompt_tokens = prompt_tokens(model.vocab(), g, model.batcher()->n_ctx_seq());

@@ -4,6 +4,7 @@
 
 #include "engine/chat.h"
 #include "engine/generate.h"
+#include "engine/images.h"
 #include "engine/owners.h"
 #include "runtime/registry.h"
 #include "runtime/stores/pull.h"
@@ -46,6 +47,7 @@ ApiError to_api_error(const std::exception& ex) {
   if (dynamic_cast<const NoTokenizer*>(&ex)) return {400, "invalid_request_error", "model_has_no_tokenizer", m, 0};
   if (auto* c = dynamic_cast<const ChatError*>(&ex)) return {400, "invalid_request_error", "invalid_chat", m, 0, c->param()};
   if (dynamic_cast<const BadPrompt*>(&ex)) return {400, "invalid_request_error", "invalid_prompt", m, 0};
+  if (dynamic_cast<const BadImage*>(&ex)) return {400, "invalid_request_error", "invalid_image", m, 0};
   if (dynamic_cast<const GrammarTooCostly*>(&ex)) return {400, "invalid_request_error", "grammar_too_costly", m, 0, "grammar"};
   if (auto* p = dynamic_cast<const PullError*>(&ex)) {
     switch (p->kind()) {

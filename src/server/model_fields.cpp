@@ -37,6 +37,14 @@ const std::vector<ModelField>& model_fields() {
       {.key = "object", .value = [](S) -> json { return "model"; }},
       {.key = "owned_by", .value = [](S) -> json { return "reclaim"; }},
       {.key = "created", .value = [](S) -> json { return 0; }},
+      // llama-server's words: "multimodal" for a model with a projector.
+      {.key = "capabilities",
+       .value = [](S s) -> json {
+         return s.mmproj.empty() ? json::array({"completion"}) : json::array({"completion", "multimodal"});
+       },
+       .help = "What requests it takes: completion, and multimodal (images) when it has a projector."},
+      {.key = "mmproj", .value = [](S s) -> json { return s.mmproj.empty() ? json(nullptr) : json(s.mmproj); },
+       .help = "Its image projector's file (--mmproj, or 'mmproj' in --config), or null."},
       {.key = "state", .value = [](S s) -> json { return model_state_name(s.state); }, .unit = U::text,
        .help = "unloaded, loading, loaded or unloading.", .column = "STATE", .width = 10},
       {.key = "status",

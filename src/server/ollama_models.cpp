@@ -128,6 +128,7 @@ json ollama_show(const Registry& registry, const std::string& model, const std::
   const ChatTemplateCaps caps = chat_template_caps(tmpl);
   if (caps.tools) capabilities.push_back("tools");
   if (caps.thinking) capabilities.push_back("thinking");
+  if (!s.mmproj.empty()) capabilities.push_back("vision");
   // A model that pools its own (an embedding model's header says how).
   if (g->scalars.contains(g->architecture + ".pooling_type")) capabilities.push_back("embedding");
   json info = g->scalars;

@@ -4,6 +4,7 @@
 // raw prompts.
 #include <algorithm>
 
+#include "server/image_parts.h"
 #include "server/json_fields.h"
 #include "server/ollama.h"
 
@@ -62,6 +63,23 @@ void take_format(const json& j, OllamaRequest& o) {
   }
 }
 
+// Ollama's images (base64, without a data: prefix) as OpenAI's image_url
+// parts, before the text, where Ollama's own prompts put them.
+json with_images(const json& content, const json& images, const std::string& at) {
+  if (!images.is_array()) bad_field(at, "'" + at + "' must be an array of base64 strings");
+  if (!content.is_string()) bad_field(at, "'" + at + "' belongs to a message whose content is a string");
+  check_image_count(images.size(), at);
+  json parts = json::array();
+  for (size_t k = 0; k < images.size(); ++k) {
+    const std::string here = at + "[" + std::to_string(k) + "]";
+    if (!images[k].is_string()) bad_field(here, "'" + here + "' must be a base64 string");
+    (void)image_from_base64(images[k].get<std::string>(), here);  // a mistake named as the client sent it
+    parts.push_back({{"type", "image_url"}, {"image_url", {{"url", "data:image;base64," + images[k].get<std::string>()}}}});
+  }
+  parts.push_back({{"type", "text"}, {"text", content}});
+  return parts;
+}
+
 // Ollama's messages as OpenAI's: tool calls with arguments as an object and
 // no id, the thinking beside the content, tool results named by tool_name.
 json openai_messages(const json& list) {
@@ -71,12 +89,12 @@ json openai_messages(const json& list) {
     const json& m = list[i];
     const std::string at = "messages[" + std::to_string(i) + "]";
     if (!m.is_object()) bad_field(at, "'" + at + "' must be an object");
-    if (has_field(m, "images") && !(m["images"].is_array() && m["images"].empty())) {
-      bad_field(at + ".images", "'" + at + ".images': this server reads text only", "unsupported_content");
-    }
     json msg = json::object();
     for (const char* key : {"role", "content"}) {
       if (m.contains(key)) msg[key] = m[key];
+    }
+    if (has_field(m, "images") && !(m["images"].is_array() && m["images"].empty())) {
+      msg["content"] = with_images(m.contains("content") ? m["content"] : json(""), m["images"], at + ".images");
     }
     if (has_field(m, "thinking")) {
       if (!m["thinking"].is_string()) bad_field(at + ".thinking", "'" + at + ".thinking' must be a string");
@@ -153,21 +171,23 @@ OllamaRequest parse_ollama_request(const std::string& body, OllamaEndpoint endpo
                                       : "fill-in-the-middle is not offered";
     bad_field(unsupported, "'" + std::string(unsupported) + "': " + why, "unsupported_field");
   }
-  if (has_field(j, "images") && !(j["images"].is_array() && j["images"].empty())) {
-    bad_field("images", "'images': this server reads text only", "unsupported_content");
-  }
+  const bool images = has_field(j, "images") && !(j["images"].is_array() && j["images"].empty());
   const std::string prompt = has_field(j, "prompt") ? get_field<std::string>(j, "prompt", "a string") : "";
   const std::string system = has_field(j, "system") ? get_field<std::string>(j, "system", "a string") : "";
   const bool raw = has_field(j, "raw") && get_field<bool>(j, "raw", "true or false");
   o.load_only = prompt.empty();
   if (raw) {
+    if (images) {
+      bad_field("images", "'images' with 'raw': a raw prompt has no place for them; send them without 'raw'",
+                "unsupported_content");
+    }
     // The prompt as it is, no template: a plain completion.
     o.chat = false;
     o.openai["prompt"] = prompt;
   } else {
     json messages = json::array();
     if (!system.empty()) messages.push_back({{"role", "system"}, {"content", system}});
-    messages.push_back({{"role", "user"}, {"content", prompt}});
+    messages.push_back({{"role", "user"}, {"content", images ? with_images(prompt, j["images"], "images") : json(prompt)}});
     o.openai["messages"] = messages;
   }
   return o;

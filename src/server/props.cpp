@@ -67,7 +67,7 @@ void Server::props(const httplib::Request& req, httplib::Response& res) {
                 {"total_slots", batch.n_seq},
                 {"model_alias", s.name},
                 {"model_path", s.path},
-                {"modalities", {{"vision", false}, {"video", false}, {"audio", false}}},
+                {"modalities", {{"vision", !s.mmproj.empty()}, {"video", false}, {"audio", false}}},
                 {"endpoint_slots", true},
                 {"endpoint_props", false},
                 {"endpoint_metrics", true},

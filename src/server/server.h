@@ -52,7 +52,8 @@ struct ServerOptions {
   // and its private key, as llama-server's --ssl-cert-file/--ssl-key-file.
   std::string tls_cert_file, tls_key_file;
   std::vector<std::string> cors_origins = {"localhost"};  // server/cors.h
-  size_t max_body = 8u << 20;          // bytes; larger bodies get 413
+  // Bytes; larger bodies get 413. Images come in the body, in base64.
+  size_t max_body = 32u << 20;
   std::string chat_template;           // overrides the models' own
   bool jinja = true;                   // a model's `jinja` setting where it has none
   // The model an OpenAI request that names none gets (empty: the server's

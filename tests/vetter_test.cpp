@@ -3,6 +3,8 @@
 // tests.
 #include "runtime/vetter.h"
 
+#include <ggml.h>
+#include <gguf.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -373,4 +375,57 @@ TEST(Vetter, ARegistryRefusesADamagedModelAndServesTheGoodOneBesideIt) {
 }
 
 }  // namespace
+}  // namespace reclaim
+
+namespace reclaim {
+
+namespace {
+
+// The test projector with one change: `drop` left out of its tensors, or
+// `key` written as a string where mtmd reads a number.
+std::string damaged_projector(const std::string& name, const std::string& drop, const std::string& key) {
+  const std::string& good = reclaim::testing::small_projector("spm");
+  ggml_context* data = nullptr;
+  gguf_context* in = gguf_init_from_file(good.c_str(), {false, &data});
+  EXPECT_NE(in, nullptr);
+  gguf_context* out = gguf_init_empty();
+  gguf_set_kv(out, in);
+  if (!key.empty()) gguf_set_val_str(out, key.c_str(), "sixty-four");
+  for (int64_t i = 0; i < gguf_get_n_tensors(in); ++i) {
+    const char* t = gguf_get_tensor_name(in, i);
+    if (drop != t) gguf_add_tensor(out, ggml_get_tensor(data, t));
+  }
+  const std::string path = reclaim::testing::temp_path(name);
+  EXPECT_TRUE(gguf_write_to_file(out, path.c_str(), false));
+  gguf_free(out);
+  gguf_free(in);
+  ggml_free(data);
+  return path;
+}
+
+}  // namespace
+
+TEST(Vetter, AModelsProjectorIsVettedWithItAndCountedInItsEstimate) {
+  Vetter v(self_vetting());
+  VetRequest q = request_for(small_model("spm"));
+  const VetReport alone = v.vet(q);
+  q.mmproj = reclaim::testing::small_projector("spm");
+  const VetReport with = v.vet(q);
+  ASSERT_TRUE(with.ok) << with.error;
+  // Its f32 weights at least (tests/projector_test.cpp counts them).
+  const int64_t weights = (16 * 16 * 3 * 32 + 32 * 16 + 32 * 64 + 64 + 64 * 64 + 64) * 4;
+  EXPECT_GE(with.estimate.model_host - alone.estimate.model_host, weights);
+  EXPECT_EQ(v.counts().children, 2u) << "a model with a projector is vetted again";
+
+  q.mmproj = damaged_projector("vet-mmproj-no-tensor.gguf", "mm.2.weight", "");
+  std::string m = refusal(v, q);
+  EXPECT_NE(m.find("vet-mmproj-no-tensor.gguf"), std::string::npos) << m;
+  // mtmd reads a number with gguf's getter, which asserts on a string: the
+  // child ends, this process says which file and where.
+  q.mmproj = damaged_projector("vet-mmproj-key-type.gguf", "", "clip.vision.image_size");
+  m = refusal(v, q);
+  EXPECT_NE(m.find("vet-mmproj-key-type.gguf"), std::string::npos) << m;
+  EXPECT_NE(m.find("projector"), std::string::npos) << m;
+}
+
 }  // namespace reclaim

@@ -13,6 +13,7 @@
 #include "engine/device_life.h"
 #include "engine/devices.h"
 #include "engine/placement.h"
+#include "engine/projector.h"
 #include "engine/llama_runtime.h"
 
 // llama_get_memory_breakdown lives in llama.cpp's staging header, which is
@@ -130,6 +131,8 @@ MemoryEstimate estimate_memory(const ModelLoad& load, const llama_context_params
 #endif
   e.context_host += output_rows_growth(model, params);
   if (made) made(e);
+  // After `made`: a vetting child names the projector's stage apart.
+  if (!load.mmproj.empty()) add_projector_estimate(e, load.mmproj, load.n_gpu_layers);
   return e;
 }
 

@@ -3,12 +3,14 @@
 #include <mtmd.h>
 
 #include <algorithm>
+#include <map>
 
 #include "core/heap.h"
 #include "core/usage.h"
 #include "engine/devices.h"
 #include "engine/llama_runtime.h"
 #include "engine/model.h"
+#include "engine/model_info.h"
 
 namespace reclaim {
 
@@ -39,6 +41,30 @@ Projector::Projector(Model& model, const std::string& path)
   const CleanupId id = slot.arm(bytes_, [ctx] { mtmd_free(ctx); });
   if (device > 0) scope_.place(id, host, {DeviceBytes{device_place(accelerator_devices().front()), device}});
   ctx_ = {ctx, &scope_, id};
+}
+
+void add_projector_estimate(MemoryEstimate& e, const std::string& path, int32_t n_gpu_layers) {
+  check_model_file(path);
+  mtmd_context_params p = mtmd_context_params_default();
+  p.use_gpu = n_gpu_layers != 0 && !accelerator_devices().empty();
+  p.n_threads = 1;
+  p.print_timings = false;
+  p.warmup = true;
+  take_llama_errors();
+  const std::map<ggml_backend_dev_t, size_t> usage = mtmd_get_memory_usage(path.c_str(), p);
+  if (usage.empty()) {
+    const std::string why = take_llama_errors();
+    throw InvalidModelFile("projector '" + path + "' cannot be read: " + (why.empty() ? "llama.cpp's mtmd gave no reason" : why));
+  }
+  for (const auto& [dev, bytes] : usage) {
+    const auto n = static_cast<int64_t>(bytes);
+    if (!dev || ggml_backend_dev_type(dev) == GGML_BACKEND_DEVICE_TYPE_CPU) {
+      e.model_host += n;
+    } else {
+      e.model_device += n;
+      e.device_by_name[device_place(dev)] += n;
+    }
+  }
 }
 
 }  // namespace reclaim

@@ -17,6 +17,7 @@ struct mtmd_context;
 namespace reclaim {
 
 class Model;
+struct MemoryEstimate;
 
 class Projector {
  public:
@@ -34,5 +35,14 @@ class Projector {
   ScopedRef<mtmd_context> ctx_;
   uint64_t bytes_ = 0;
 };
+
+// Adds what the projector at `path` would take beside a model loaded with
+// `n_gpu_layers` to `e`: its weights and the compute buffer its warm-up
+// reserves, by place (llama.cpp's simulated load of it, mtmd_get_memory_
+// usage, which llama-server's fit uses too). Not counted: the heap of its
+// graph scheduler's tables, which llama.cpp allocates and never touches
+// (ggml_backend_sched_new's context buffer, 160 MiB for mtmd's 8,192 nodes).
+// Throws InvalidModelFile naming `path` where it cannot be read.
+void add_projector_estimate(MemoryEstimate& e, const std::string& path, int32_t n_gpu_layers);
 
 }  // namespace reclaim

@@ -1,5 +1,6 @@
 #include "engine/vet.h"
 
+#include <mtmd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,8 +12,10 @@
 
 #include "core/arena.h"
 #include "core/defer.h"
+#include "engine/devices.h"
 #include "engine/gguf_check.h"
 #include "engine/owners.h"
+#include "engine/projector.h"
 #include "engine/llama_runtime.h"
 
 namespace reclaim {
@@ -42,6 +45,7 @@ VetPart part_named(const std::string& name) {
 nlohmann::json to_json(const VetRequest& r) {
   const llama_context_params& c = r.context;
   return {{"path", r.path},
+          {"mmproj", r.mmproj},
           {"part", part_name(r.part)},
           {"n_gpu_layers", r.n_gpu_layers},
           {"checks", r.checks},
@@ -60,6 +64,7 @@ nlohmann::json to_json(const VetRequest& r) {
 VetRequest vet_request_from_json(const nlohmann::json& j) {
   VetRequest r;
   r.path = j.at("path").get<std::string>();
+  r.mmproj = j.value("mmproj", "");
   r.part = part_named(j.value("part", "whole"));
   r.n_gpu_layers = j.at("n_gpu_layers").get<int32_t>();
   r.checks = j.value("checks", true);
@@ -195,6 +200,47 @@ void use_the_tokenizer(const llama_vocab* vocab) {
                        static_cast<int32_t>(tokens.size()), true, true);
 }
 
+// The projector loaded over the model as the server loads it (its warm-up
+// builds and reserves its graph), then a small image encoded: where a
+// damaged projector makes mtmd assert, it does so here.
+void encode_an_image(llama_model* model, const std::string& path, int32_t n_gpu_layers) {
+  check_model_file(path);
+  mtmd_context_params p = mtmd_context_params_default();
+  p.use_gpu = n_gpu_layers != 0 && !accelerator_devices().empty();
+  p.n_threads = 1;
+  p.print_timings = false;
+  p.warmup = true;
+  take_llama_errors();
+  mtmd_context* mtmd = mtmd_init_from_file(path.c_str(), model, p);
+  if (!mtmd) {
+    const std::string why = take_llama_errors();
+    throw InvalidModelFile("projector '" + path + "' cannot be used with this model: " +
+                           (why.empty() ? "llama.cpp's mtmd gave no reason" : why));
+  }
+  Defer free_mtmd([mtmd] { mtmd_free(mtmd); });
+  if (!mtmd_support_vision(mtmd)) return;  // an audio projector: no image to encode
+  std::vector<unsigned char> grey(32 * 32 * 3, 128);
+  mtmd_bitmap* bitmap = mtmd_bitmap_init(32, 32, grey.data());
+  if (!bitmap) throw Error("cannot allocate an image to vet projector '" + path + "'");
+  Defer free_bitmap([bitmap] { mtmd_bitmap_free(bitmap); });
+  mtmd_input_chunks* chunks = mtmd_input_chunks_init();
+  if (!chunks) throw std::bad_alloc();
+  Defer free_chunks([chunks] { mtmd_input_chunks_free(chunks); });
+  const std::string text = std::string("a ") + mtmd_default_marker() + " b";
+  const mtmd_input_text in{text.c_str(), text.size(), true, true};
+  const mtmd_bitmap* bitmaps[] = {bitmap};
+  if (mtmd_tokenize(mtmd, chunks, &in, bitmaps, 1) != 0) {
+    throw InvalidModelFile("projector '" + path + "' cannot prepare an image: " + take_llama_errors());
+  }
+  for (size_t i = 0; i < mtmd_input_chunks_size(chunks); ++i) {
+    const mtmd_input_chunk* c = mtmd_input_chunks_get(chunks, i);
+    if (mtmd_input_chunk_get_type(c) == MTMD_INPUT_CHUNK_TYPE_TEXT) continue;
+    if (mtmd_encode_chunk(mtmd, c) != 0) {
+      throw InvalidModelFile("projector '" + path + "' cannot encode an image: " + take_llama_errors());
+    }
+  }
+}
+
 }  // namespace
 
 VetReport vet_here(const VetRequest& q, const VetProgress& progress) {
@@ -224,7 +270,7 @@ VetReport vet_here(const VetRequest& q, const VetProgress& progress) {
       ModelLoad load;
       load.path = q.path;
       load.n_gpu_layers = q.n_gpu_layers;
-      r.estimate = estimate_memory(load, q.context, &r.info, [&](const MemoryEstimate& e) {
+      const auto tell = [&](const MemoryEstimate& e) {
         if (!progress.estimated) return;
         VetReport early = r;
         // The parent keeps no template text of a verdict, and a hostile
@@ -234,7 +280,17 @@ VetReport vet_here(const VetRequest& q, const VetProgress& progress) {
         early.estimate = e;
         early.has_tokenizer = r.info.has_tokenizer;
         progress.estimated(early);
-      });
+      };
+      const bool projector = !q.mmproj.empty();
+      r.estimate = estimate_memory(load, q.context, &r.info, projector ? nullptr : std::function<void(const MemoryEstimate&)>(tell));
+      if (projector) {
+        // Named as the projector's: an abort here is its file's.
+        stage("projector estimate");
+        g_path = q.mmproj;
+        add_projector_estimate(r.estimate, q.mmproj, q.n_gpu_layers);
+        g_path = q.path;
+        tell(r.estimate);
+      }
       r.has_tokenizer = r.info.has_tokenizer;
     }
     if (q.part != VetPart::estimate) {
@@ -262,6 +318,12 @@ VetReport vet_here(const VetRequest& q, const VetProgress& progress) {
       if (llama_vocab_type(vocab) != LLAMA_VOCAB_TYPE_NONE) {
         stage("tokenizer");
         use_the_tokenizer(vocab);
+      }
+      if (!q.mmproj.empty()) {
+        stage("projector");
+        g_path = q.mmproj;
+        encode_an_image(model, q.mmproj, q.n_gpu_layers);
+        g_path = q.path;
       }
     }
   } catch (const std::exception& e) {

@@ -39,6 +39,10 @@ enum class VetPart {
 
 struct VetRequest {
   std::string path;
+  // Its image projector (engine/projector.h), vetted with it: the estimate
+  // counts it, and the decode part loads it over the model and encodes an
+  // image; empty: none.
+  std::string mmproj;
   VetPart part = VetPart::whole;
   int32_t n_gpu_layers = -1;
   // The context the estimate plans (the server's batch or session context).

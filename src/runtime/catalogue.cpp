@@ -186,6 +186,7 @@ std::optional<VetRequest> Catalogue::draft_vet_request(const ModelEntry& e) cons
 VetRequest Catalogue::vet_request(const ModelEntry& e) const {
   VetRequest q;
   q.path = e.spec.path;
+  q.mmproj = e.spec.settings.mmproj.value_or("");
   q.n_gpu_layers = e.spec.settings.n_gpu_layers.value_or(options_.n_gpu_layers);
   q.context = context_params(e);
   return q;

@@ -101,7 +101,8 @@ int64_t Registry::estimate_for_locked(std::unique_lock<std::mutex>& lock, Entry&
   // about as long as the load itself (400 ms of a 1.1 s swap to a 151,936-
   // token model, bench/swap); the options never change, so a reload of the
   // same file takes the last one.
-  const std::string identity = file_identity(load.path) + (draft ? "|draft " + file_identity(draft->path) : "");
+  const std::string identity = file_identity(load.path) + (draft ? "|draft " + file_identity(draft->path) : "") +
+                               (load.mmproj.empty() ? "" : "|mmproj " + file_identity(load.mmproj));
   lock.lock();
   if (!identity.empty() && identity == e.estimated_file && e.estimate > 0) return e.estimate;
   lock.unlock();
@@ -125,6 +126,7 @@ int64_t Registry::estimate_for_locked(std::unique_lock<std::mutex>& lock, Entry&
     if (draft) {
       ModelLoad draft_load = load;
       draft_load.path = draft->path;
+      draft_load.mmproj.clear();  // the model's, counted with it
       add(options_.vetter ? options_.vetter->vet_to_load(*draft).estimate : estimate_memory(draft_load, draft->context));
     }
   } catch (const std::exception& ex) {

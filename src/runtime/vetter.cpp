@@ -106,7 +106,8 @@ std::vector<std::string> Vetter::this_program() { return {self_exe(), kVetArg}; 
 
 std::string Vetter::key(const VetRequest& q, const std::string& identity) {
   // The request names the path; the identity says which file is there now.
-  return identity + "\n" + to_json(q).dump();
+  // And the projector's, which is vetted with it.
+  return identity + "\n" + (q.mmproj.empty() ? "" : file_identity(q.mmproj) + "\n") + to_json(q).dump();
 }
 
 std::optional<VetReport> Vetter::known(const VetRequest& q) const {
@@ -375,7 +376,8 @@ VetReport Vetter::run_part(const VetRequest& q, std::function<void(const std::st
   if (c.signal != 0) {
     VetReport r;
     r.stage = "unknown";
-    r.error = "model file '" + q.path + "' crashed the vetting process (" + c.how_it_ended() + "): " + tail_lines(c.err);
+    r.error = "model file '" + q.path + "'" + (q.mmproj.empty() ? "" : " or its projector '" + q.mmproj + "'") +
+              " crashed the vetting process (" + c.how_it_ended() + "): " + tail_lines(c.err);
     r.ms = ms;
     return r;
   }

@@ -152,6 +152,22 @@ TEST(Audit, BadArgumentsAreClearErrors) {
   r = run("audit -m " + spm() + " --max-anon-residue lots");
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.out.find("'lots' is not a size"), std::string::npos) << r.out;
+  r = run("audit -m " + spm() + " --scenario serve-vision");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.out.find("needs --mmproj"), std::string::npos) << r.out;
+}
+
+TEST(Audit, ImagesOnTheServePathLeaveWhatRawLlamaWithMtmdKeepsNot) {
+  // Requests with images, a third cancelled and a third losing their
+  // clients, beside plain llama.cpp decoding them with mtmd's helpers.
+  nlohmann::json j = audit_json("-m " + seeing().model + " --mmproj " + seeing().mmproj +
+                                    " --scenario serve-vision --cycles 3 --compare-raw",
+                                0);
+  expect_clean(j);
+  ASSERT_EQ(j["scenarios"].size(), 1u);
+  const nlohmann::json& s = j["scenarios"][0];
+  EXPECT_EQ(s["scenario"], "serve-vision");
+  EXPECT_TRUE(s.contains("raw"));
 }
 
 TEST(Audit, PlotIsAnSvg) {

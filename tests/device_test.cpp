@@ -49,6 +49,18 @@ TEST(Device, EveryScenarioOnTheDeviceMeetsTheThresholds) {
   }
 }
 
+// Requests with images, the projector on the device with the model, beside
+// plain llama.cpp with mtmd doing the same.
+TEST(Device, ImagesWithTheProjectorOnTheDeviceMeetTheThresholds) {
+  const json j = audit_json("-m " + seeing().model + " --mmproj " + seeing().mmproj +
+                                " --scenario serve-vision --cycles 3 --requests 4 --generate 8 --threads 1 --compare-raw",
+                            0);
+  ASSERT_EQ(j["scenarios"].size(), 1u);
+  const json& s = j["scenarios"][0];
+  for (const json& c : s["checks"]) EXPECT_TRUE(c["ok"].get<bool>()) << c.dump();
+  for (const char* side : {"reclaim", "raw"}) EXPECT_EQ(s[side]["devices"], "Vulkan0") << side;
+}
+
 // The seed's case (load and free with no prompt) and the prompt case, over
 // ten cycles: the targets.
 TEST(Device, TenCyclesWithAndWithoutAPromptLeaveNothingAfterTheWarmUp) {

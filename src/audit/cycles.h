@@ -24,13 +24,18 @@ namespace reclaim::audit {
 // serve-draft: serve-vanish's waves on a model with a draft model (--draft,
 // default: the model itself, which guesses right), a third of the later
 // requests cancelled and a third losing their clients.
+// serve-vision: the same waves on a model with its image projector
+// (--mmproj), each request's prompt an image and the audit's prompt; raw
+// llama.cpp decodes them with mtmd's own helpers. Not in "all": it needs a
+// projector.
 // device-idle: load, prompt and free on the accelerator, then its runtime
 // state is released (engine/device_life.h); measured against the process
 // before the device's first use, with no warm-up. Not in "all": it needs an
 // accelerator.
 enum class Scenario {
   load_free, load_prompt_free, load_abort, generate, cancel, device_idle,
-  serve, serve_cancel, serve_vanish, serve_swap, serve_drain, serve_unload_cancel, serve_chat, serve_embed, serve_draft
+  serve, serve_cancel, serve_vanish, serve_swap, serve_drain, serve_unload_cancel, serve_chat, serve_embed, serve_draft,
+  serve_vision
 };
 const char* scenario_name(Scenario s);
 Scenario scenario_from_name(const std::string& name);  // throws Error
@@ -40,6 +45,8 @@ inline constexpr Scenario kAllScenarios[] = {
     Scenario::serve_swap,   Scenario::serve_drain,      Scenario::serve_unload_cancel, Scenario::serve_chat,
     Scenario::serve_embed,  Scenario::serve_draft};
 inline constexpr Scenario kDeviceScenarios[] = {Scenario::device_idle};
+// Those that need a file besides the model (not in "all").
+inline constexpr Scenario kProjectorScenarios[] = {Scenario::serve_vision};
 bool has_requests(Scenario s);
 bool is_serve(Scenario s);  // through the Registry and the Batcher
 
@@ -57,6 +64,7 @@ struct CycleOptions {
   int parallel = 2;         // serve-*: sequences of the model's batch
   int gpu_layers = -1;      // layers on the accelerator (-1: all, where there is one)
   std::string draft;        // serve-draft: the draft model (empty: the model itself)
+  std::string mmproj;       // serve-vision: the model's image projector
   std::string test_leak;    // test-only: "heap", "fd" or "ledger" leaks on purpose each cycle
 };
 inline const std::string& draft_of(const CycleOptions& o) { return o.draft.empty() ? o.model : o.draft; }

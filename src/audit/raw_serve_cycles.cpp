@@ -9,8 +9,14 @@
 // draft model (serve-draft), as llama.cpp's speculative example does it: a
 // second model and context beside the first, whose greedy picks each step
 // are decoded after the sequence's next token and kept while the model picks
-// them, the cells of the rest dropped in both contexts.
+// them, the cells of the rest dropped in both contexts. With a projector
+// (serve-vision), as llama.cpp's mtmd tools do it: the projector loaded over
+// the model, each request's image decoded and its prompt tokenized by mtmd,
+// and evaluated alone by mtmd_helper_eval_chunks before its sequence joins
+// the batch's steps.
 #include <llama.h>
+#include <mtmd-helper.h>
+#include <mtmd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -37,9 +43,12 @@ struct Loaded {
   llama_context* ctx = nullptr;
   llama_model* draft = nullptr;  // serve-draft's
   llama_context* draft_ctx = nullptr;
+  mtmd_context* mtmd = nullptr;  // serve-vision's projector
   int which = -1;  // the plan's model index
 
   void free() {
+    if (mtmd) mtmd_free(mtmd);
+    mtmd = nullptr;
     if (draft_ctx) llama_free(draft_ctx);
     if (draft) llama_model_free(draft);
     if (ctx) llama_free(ctx);
@@ -63,7 +72,36 @@ void load(Loaded& l, const CycleOptions& o, int which, int threads) {
     l.draft_ctx = llama_init_from_model(l.draft, serve_context_params(o, threads));
     if (!l.draft_ctx) throw Error("raw side: cannot create the draft's context");
   }
+  if (o.scenario == Scenario::serve_vision) {
+    mtmd_context_params p = mtmd_context_params_default();
+    p.use_gpu = o.gpu_layers != 0;
+    p.n_threads = threads;
+    p.print_timings = false;
+    p.warmup = true;
+    l.mtmd = mtmd_init_from_file(o.mmproj.c_str(), l.model, p);
+    if (!l.mtmd) throw Error("raw side: cannot load the projector '" + o.mmproj + "'");
+  }
   l.which = which;
+}
+
+// serve-vision: the request's image and prompt as mtmd's chunks.
+mtmd_input_chunks* vision_chunks(mtmd_context* mtmd, const ServeRequest& r) {
+  const std::string file = audit_image(r.image);
+  mtmd_bitmap* bitmap = mtmd_helper_bitmap_init_from_buf(mtmd, reinterpret_cast<const unsigned char*>(file.data()),
+                                                         file.size(), false, mtmd_helper_init_opt_default())
+                            .bitmap;
+  if (!bitmap) throw Error("raw side: mtmd cannot decode the audit's image");
+  mtmd_input_chunks* chunks = mtmd_input_chunks_init();
+  const std::string text = vision_prompt_text();
+  const mtmd_input_text in{text.c_str(), text.size(), true, true};
+  const mtmd_bitmap* bitmaps[] = {bitmap};
+  const int32_t rc = mtmd_tokenize(mtmd, chunks, &in, bitmaps, 1);
+  mtmd_bitmap_free(bitmap);
+  if (rc != 0) {
+    mtmd_input_chunks_free(chunks);
+    throw Error("raw side: mtmd_tokenize failed");
+  }
+  return chunks;
 }
 
 struct Seq {
@@ -77,6 +115,7 @@ struct Seq {
   // cells in the draft's context that hold a prefix of `tokens`.
   std::vector<llama_token> tokens, guess;
   int draft_past = 0;
+  mtmd_input_chunks* chunks = nullptr;  // serve-vision: its prompt, image and text
 };
 
 llama_token greedy(llama_context* ctx, int row) {
@@ -109,7 +148,7 @@ struct GroupCounts {
 
 // One group of at most `parallel` requests, to their ends; `stop_at_step` >
 // 0: all of them stop after that many decodes (an unload in cancel mode).
-GroupCounts run_group(llama_context* ctx, llama_context* draft, const llama_vocab* vocab,
+GroupCounts run_group(llama_context* ctx, llama_context* draft, mtmd_context* mtmd, const llama_vocab* vocab,
                       const std::vector<const ServeRequest*>& group, const CycleOptions& o, int stop_at_step) {
   GroupCounts counts;
   llama_memory_t mem = llama_get_memory(ctx);
@@ -118,6 +157,7 @@ GroupCounts run_group(llama_context* ctx, llama_context* draft, const llama_voca
   for (size_t s = 0; s < seqs.size(); ++s) {
     seqs[s].req = group[s];
     seqs[s].prompt = request_prompt(vocab, *group[s]);
+    if (mtmd && group[s]->image >= 0) seqs[s].chunks = vision_chunks(mtmd, *group[s]);
     seqs[s].sampler = llama_sampler_chain_init(llama_sampler_chain_default_params());
     llama_sampler_chain_add(seqs[s].sampler, llama_sampler_init_greedy());
   }
@@ -134,6 +174,33 @@ GroupCounts run_group(llama_context* ctx, llama_context* draft, const llama_voca
     }
   };
   for (int step = 0;; ++step) {
+    // An image's prompt alone first, by mtmd's helper; its first token is
+    // sampled from its last row, and it joins the steps with it.
+    for (size_t s = 0; s < seqs.size(); ++s) {
+      Seq& q = seqs[s];
+      if (!q.live || q.prompt_done || !q.chunks) continue;
+      llama_pos past = 0;
+      if (mtmd_helper_eval_chunks(mtmd, ctx, q.chunks, 0, static_cast<llama_seq_id>(s), o.n_ctx, true, &past) != 0) {
+        throw Error("raw side: mtmd_helper_eval_chunks failed");
+      }
+      q.n_past = past;
+      q.prompt_done = true;
+      const RequestEnd how = q.req->end;
+      if (how == RequestEnd::cancel && q.req->plan.in_prompt) {
+        end(q, true);
+        continue;
+      }
+      const llama_token t = llama_sampler_sample(q.sampler, ctx, -1);
+      ++q.generated;
+      if (llama_vocab_is_eog(vocab, t) || q.generated >= o.n_generate) {
+        end(q, false);
+      } else if ((how == RequestEnd::cancel && q.generated >= q.req->plan.step) ||
+                 (how == RequestEnd::vanish && q.generated >= 1)) {
+        end(q, true);
+      } else {
+        q.next = t;
+      }
+    }
     // Each guess first, in the draft's own batches.
     for (size_t s = 0; draft && s < seqs.size(); ++s) {
       if (seqs[s].live && seqs[s].prompt_done) raw_guess(draft, batch, seqs[s], static_cast<int>(s));
@@ -205,7 +272,10 @@ GroupCounts run_group(llama_context* ctx, llama_context* draft, const llama_voca
       }
     }
   }
-  for (Seq& q : seqs) llama_sampler_free(q.sampler);
+  for (Seq& q : seqs) {
+    llama_sampler_free(q.sampler);
+    if (q.chunks) mtmd_input_chunks_free(q.chunks);
+  }
   llama_batch_free(batch);
   return counts;
 }
@@ -267,10 +337,10 @@ void raw_serve_cycle(const CycleOptions& o, const ServeCycle& plan, int threads,
           for (const ServeRequest* r : group) raw_embed(l.model, request_prompt(llama_model_get_vocab(l.model), *r), threads);
           continue;
         }
-        const GroupCounts g = run_group(l.ctx, l.draft_ctx, llama_model_get_vocab(l.model), group, o,
+        const GroupCounts g = run_group(l.ctx, l.draft_ctx, l.mtmd, llama_model_get_vocab(l.model), group, o,
                                         plan.end == CycleEnd::cancel_unload && unload_now ? 2 : 0);
         if (rec && (o.scenario == Scenario::serve_cancel || o.scenario == Scenario::serve_vanish ||
-                    o.scenario == Scenario::serve_draft ||
+                    o.scenario == Scenario::serve_draft || o.scenario == Scenario::serve_vision ||
                     (plan.end == CycleEnd::cancel_unload && unload_now))) {
           for (int i = 0; i < g.not_cancelled; ++i) rec->count_cancel(false, false);
           for (int i = 0; i < g.cancelled_in_prompt; ++i) rec->count_cancel(true, true);

@@ -50,6 +50,7 @@ const char* scenario_name(Scenario s) {
     case Scenario::serve_chat: return "serve-chat";
     case Scenario::serve_embed: return "serve-embed";
     case Scenario::serve_draft: return "serve-draft";
+    case Scenario::serve_vision: return "serve-vision";
   }
   return "?";
 }
@@ -61,9 +62,13 @@ Scenario scenario_from_name(const std::string& name) {
   for (Scenario s : kDeviceScenarios) {
     if (name == scenario_name(s)) return s;
   }
+  for (Scenario s : kProjectorScenarios) {
+    if (name == scenario_name(s)) return s;
+  }
   std::string names;
   for (Scenario s : kAllScenarios) names += std::string(scenario_name(s)) + ", ";
   for (Scenario s : kDeviceScenarios) names += std::string(scenario_name(s)) + ", ";
+  for (Scenario s : kProjectorScenarios) names += std::string(scenario_name(s)) + ", ";
   throw Error("unknown scenario '" + name + "' (use " + names + "or all)");
 }
 

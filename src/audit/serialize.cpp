@@ -33,6 +33,7 @@ nlohmann::json to_json(const CycleOptions& o) {
           {"parallel", o.parallel},
           {"gpu_layers", o.gpu_layers},
           {"draft", o.draft},
+          {"mmproj", o.mmproj},
           {"test_leak", o.test_leak}};
 }
 
@@ -51,6 +52,7 @@ CycleOptions cycle_options_from_json(const nlohmann::json& j) {
   o.parallel = j.value("parallel", o.parallel);
   o.gpu_layers = j.value("gpu_layers", o.gpu_layers);
   o.draft = j.value("draft", o.draft);
+  o.mmproj = j.value("mmproj", o.mmproj);
   o.test_leak = j.value("test_leak", o.test_leak);
   return o;
 }

@@ -96,6 +96,11 @@ Outcome serve_one(Registry& registry, RequestCounts& counts, const CycleOptions&
   hooks.tick = [&run] { run.tick(); };
   GenerateRequest req = greedy_request(o, run.model().vocab());
   req.prompt_tokens = request_prompt(run.model().vocab(), plan);
+  if (plan.image >= 0) {
+    req.prompt_tokens.clear();
+    req.prompt = vision_prompt_text();
+    req.images = {audit_image(plan.image)};
+  }
   GenerateResult r = run.model().batcher()->generate(req, hooks, &cancel);
   run.finish(r);
   out.cancelled = r.finish == FinishReason::cancelled;
@@ -175,7 +180,8 @@ void run_cycle(Registry& registry, server::WorkerPool& pool, RequestCounts& coun
                       kUnloadTimeout);
     }
     const bool counted = o.scenario == Scenario::serve_cancel || o.scenario == Scenario::serve_vanish ||
-                         o.scenario == Scenario::serve_draft || plan.end == CycleEnd::cancel_unload;
+                         o.scenario == Scenario::serve_draft || o.scenario == Scenario::serve_vision ||
+                         plan.end == CycleEnd::cancel_unload;
     for (const Outcome& r : wave.wait()) {
       if (rec && r.gone_waiting) rec->count_cancel(true, true);
       if (rec && !r.gone_waiting && counted) rec->count_cancel(r.cancelled, r.in_prompt);
@@ -212,6 +218,10 @@ SideResult run_reclaim_serve_cycles(const CycleOptions& o) {
   RegistryOptions ro = serve_options(o, std::make_shared<Vetter>(std::move(vo)));
   if (o.scenario == Scenario::serve_swap) ro.memory_budget = budget_for_one(o, ro);
   std::vector<ModelSpec> specs = {{"a", o.model}, {"b", o.model}};
+  if (o.scenario == Scenario::serve_vision) {
+    if (o.mmproj.empty()) throw Error("serve-vision needs the model's projector (--mmproj)");
+    specs[0].settings.mmproj = o.mmproj;
+  }
   if (o.scenario == Scenario::serve_draft) {
     specs[0].settings.draft = draft_of(o);
     ro.speculation.draft_max = 4;  // the raw side's guess

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "engine/image_prompt.h"
+
 namespace reclaim::audit {
 
 ServeCycle plan_serve_cycle(const CycleOptions& o, int cycle) {
@@ -59,7 +61,7 @@ ServeCycle plan_serve_cycle(const CycleOptions& o, int cycle) {
         r.plan = plan_cancel(o, cycle, index);
       } else if (o.scenario == Scenario::serve_vanish && index % 2 == 1) {
         r.end = RequestEnd::vanish;
-      } else if (o.scenario == Scenario::serve_draft && index % 3 != 0) {
+      } else if ((o.scenario == Scenario::serve_draft || o.scenario == Scenario::serve_vision) && index % 3 != 0) {
         // Cancelled at a step (some in their prompts), or their clients gone.
         r.end = index % 3 == 1 ? RequestEnd::cancel : RequestEnd::vanish;
         r.plan = plan_cancel(o, cycle, index);
@@ -68,7 +70,28 @@ ServeCycle plan_serve_cycle(const CycleOptions& o, int cycle) {
     }
     left -= n;
   }
+  if (o.scenario == Scenario::serve_vision) {
+    int k = 0;
+    for (auto& wave : c.waves) {
+      for (ServeRequest& r : wave) r.image = k++ % 3;
+    }
+  }
   return c;
+}
+
+std::string vision_prompt_text() { return std::string(image_marker()) + "\n" + kAuditPrompt; }
+
+std::string audit_image(int which) {
+  const int w = 48 + 16 * which, h = 40 + 8 * which;
+  std::string ppm = "P6\n" + std::to_string(w) + " " + std::to_string(h) + "\n255\n";
+  for (int y = 0; y < h; ++y) {
+    for (int x = 0; x < w; ++x) {
+      ppm += static_cast<char>((x * 5 + which * 70) % 256);
+      ppm += static_cast<char>((y * 7 + which * 30) % 256);
+      ppm += static_cast<char>((x * y + which * 11) % 256);
+    }
+  }
+  return ppm;
 }
 
 std::vector<llama_token> request_prompt(const llama_vocab* vocab, const ServeRequest& r) {

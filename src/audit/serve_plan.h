@@ -35,6 +35,9 @@ struct ServeRequest {
   // serve-chat: the request is turn `turn` of conversation `conversation`;
   // -1: the audit's prompt alone.
   int conversation = -1, turn = 0;
+  // serve-vision: which of the audit's images the request brings (they
+  // repeat, so that a prompt cache could find one again); -1: none.
+  int image = -1;
 };
 
 // A request's prompt, the same on both sides: the audit's prompt, and for a
@@ -43,6 +46,11 @@ struct ServeRequest {
 // client resends the history; the replies are left out, so the prompt cache
 // cuts a sequence where the last reply began).
 std::vector<llama_token> request_prompt(const llama_vocab* vocab, const ServeRequest& request);
+// serve-vision: the request's prompt as text, its image first, and the image,
+// a small PPM file (stb_image reads it; no encoder needed), of a shade and
+// size of its own.
+std::string vision_prompt_text();
+std::string audit_image(int which);
 
 // How a cycle of the plan ends, once its waves have run.
 enum class CycleEnd {

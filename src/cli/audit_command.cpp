@@ -30,17 +30,19 @@ Command add_audit(CLI::App& app) {
     int cycles = 3, n_ctx = 256, n_generate = 16, threads = 0, requests = 8, parallel = 2, gpu_layers = -1;
     uint32_t seed = 1;
     bool compare_raw = false;
-    std::string draft;
+    std::string draft, mmproj;
     std::string max_anon = "1MiB", max_growth = "64KiB", max_locked = "0", max_device = "0";
     int64_t max_fds = 0, max_threads = 0, max_maps = 0;
   };
   auto a = std::make_shared<Args>();
   sub->add_option("-m,--model", a->model, "GGUF model (default: the cached ~300 MiB bpe test model)");
   sub->add_option("--draft", a->draft, "serve-draft: the draft model (default: the model itself)");
+  sub->add_option("--mmproj", a->mmproj, "serve-vision: the model's image projector (make-test-model --mmproj writes one)");
   sub->add_option("--cycles", a->cycles, "cycles per scenario")->capture_default_str()->check(CLI::Range(1, 100000));
   sub->add_option("--scenario", a->scenario,
                   "load-free, load-prompt-free, load-abort, generate, cancel (reclaim run's path), serve, "
                   "serve-cancel, serve-vanish, serve-swap, serve-drain, serve-unload-cancel, serve-chat, serve-embed, serve-draft (reclaim serve's), "
+                  "serve-vision (images; needs --mmproj; not in all), "
                   "device-idle (an accelerator's state released after each cycle; not in all), "
                   "a comma-separated list, or all")
       ->capture_default_str();
@@ -85,12 +87,19 @@ Command add_audit(CLI::App& app) {
     o.cycle.seed = a->seed;
     o.cycle.parallel = a->parallel;
     o.cycle.draft = a->draft;
+    o.cycle.mmproj = a->mmproj;
+    if (!a->mmproj.empty()) check_model_file(a->mmproj);
     o.cycle.gpu_layers = a->gpu_layers;
     if (a->scenario == "all") {
       o.scenarios.assign(std::begin(audit::kAllScenarios), std::end(audit::kAllScenarios));
     } else {
       std::stringstream names(a->scenario);
       for (std::string name; std::getline(names, name, ',');) o.scenarios.push_back(audit::scenario_from_name(name));
+    }
+    for (const audit::Scenario s : o.scenarios) {
+      if (s == audit::Scenario::serve_vision && a->mmproj.empty()) {
+        throw Error("--scenario serve-vision needs --mmproj FILE (the model's image projector)");
+      }
     }
     o.compare_raw = a->compare_raw;
     o.limits.anon_residue = parse_size(a->max_anon);

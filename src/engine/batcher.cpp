@@ -543,6 +543,11 @@ void Batcher::feed_image(Job& j) {
     const uint64_t bytes = static_cast<uint64_t>(image.n_tokens) * static_cast<uint64_t>(llama_model_n_embd_inp(model_.get())) * sizeof(float);
     const CleanupId id = slot.arm(bytes, [encoded] { mtmd_batch_free(encoded); });
     Defer free_embeddings([&] { j.scope->release(id); });
+    // The projector computes on threads of its own: the model's, left
+    // polling for their next graph, would take the cores from it (cycles of
+    // the audit's serve-vision took 2-3x raw llama.cpp's with them spinning).
+    // The next decode wakes them.
+    if (ggml_threadpool* pool = model_.threadpool()) ggml_threadpool_pause(pool);
     take_llama_errors();
     float* embd = nullptr;
     if (mtmd_batch_add_chunk(encoded, image.chunk) == 0 && mtmd_batch_encode(encoded) == 0) {

@@ -99,7 +99,12 @@ TEST(Anthropic, EachMistakeIsA400NamingItsField) {
   expect_refused(no_max, "max_tokens", "required");
   expect_refused(with({{"messages", json::array()}}), "messages", "non-empty");
   expect_refused(with({{"messages", {{{"role", "system"}, {"content", "x"}}}}}), "messages[0].role", "\"user\" or \"assistant\"");
-  expect_refused(with({{"messages", {{{"role", "user"}, {"content", {{{"type", "image"}, {"source", {}}}}}}}}}), "messages[0].content[0]",
+  expect_refused(with({{"messages", {{{"role", "user"}, {"content", {{{"type", "image"}, {"source", {}}}}}}}}}),
+                 "messages[0].content[0].source.type", "\"base64\" or \"url\"");
+  const json web_image = {{"type", "image"}, {"source", {{"type", "url"}, {"url", "https://x/y.png"}}}};
+  const json web_message = {{"role", "user"}, {"content", json::array({web_image})}};
+  expect_refused(with({{"messages", json::array({web_message})}}), "messages[0].content[0].source.url", "fetches nothing");
+  expect_refused(with({{"messages", {{{"role", "user"}, {"content", {{{"type", "document"}, {"source", {}}}}}}}}}), "messages[0].content[0]",
                  "text only");
   expect_refused(with({{"messages", {{{"role", "user"}, {"content", {{{"type", "tool_use"}, {"id", "a"}, {"name", "f"}}}}}}}}),
                  "messages[0].content[0]", "cannot hold");

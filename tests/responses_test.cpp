@@ -81,8 +81,11 @@ TEST(Responses, EachMistakeIsA400NamingItsField) {
   expect_refused(json::object(), "input", "required");
   expect_refused({{"input", json::array()}}, "input", "non-empty");
   expect_refused({{"input", {{{"role", "robot"}, {"content", "x"}}}}}, "input[0].role", "user, system");
-  expect_refused({{"input", {{{"role", "user"}, {"content", {{{"type", "input_image"}, {"image_url", "x"}}}}}}}}, "input[0].content[0]",
-                 "text only");
+  expect_refused({{"input", {{{"role", "user"}, {"content", {{{"type", "input_image"}, {"image_url", "x"}}}}}}}},
+                 "input[0].content[0].image_url", "data: URL");
+  expect_refused({{"input", {{{"role", "user"}, {"content", {{{"type", "input_image"}, {"file_id", "file-1"}}}}}}}},
+                 "input[0].content[0].file_id", "keeps no files");
+  expect_refused({{"input", {{{"role", "user"}, {"content", {{{"type", "input_audio"}}}}}}}}, "input[0].content[0]", "text only");
   expect_refused({{"input", {{{"type", "function_call"}, {"name", "f"}, {"arguments", "{}"}}}}}, "input[0].call_id", "string");
   expect_refused({{"input", {{{"type", "web_search_call"}}}}}, "input[0].type", "must be message");
   expect_refused({{"input", "x"}, {"tools", {{{"type", "web_search"}}}}}, "tools[0].type", "no tools of its own");

@@ -93,7 +93,7 @@ TEST(ServeAnthropic, AMessageItsStreamAndItsCountAgree) {
   expect_anthropic_error(s.post("/v1/messages", no_max), 400, "invalid_request_error", "'max_tokens' is required");
   json image = kBody;
   image["messages"][0]["content"] = {{{"type", "image"}, {"source", {{"type", "base64"}}}}};
-  expect_anthropic_error(s.post("/v1/messages", image), 400, "invalid_request_error", "text only");
+  expect_anthropic_error(s.post("/v1/messages", image), 400, "invalid_request_error", "source.data");
   // Refused before routing, still in Anthropic's shape: a wrong key, a body
   // over the limit.
   expect_anthropic_error(s.post("/v1/messages", kBody, {{"x-api-key", "sk-wrong"}}), 401, "authentication_error", "API key");

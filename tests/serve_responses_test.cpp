@@ -44,7 +44,9 @@ TEST(ServeResponses, AResponseAndItsStreamAgree) {
   EXPECT_EQ(last["type"], r["status"] == "completed" ? "response.completed" : "response.incomplete") << last.dump();
   EXPECT_EQ(last["response"]["usage"]["input_tokens"], r["usage"]["input_tokens"]);
   expect_error(s.post("/v1/responses", {{"input", "Hi"}, {"previous_response_id", "resp_1"}}), 400, "keeps no responses");
-  expect_error(s.post("/v1/responses", {{"input", {{{"role", "user"}, {"content", {{{"type", "input_image"}}}}}}}}), 400, "text only");
+  expect_error(s.post("/v1/responses", {{"input", {{{"role", "user"}, {"content", {{{"type", "input_image"}}}}}}}}), 400,
+               "image_url' must be a string");
+  expect_error(s.post("/v1/responses", {{"input", {{{"role", "user"}, {"content", {{{"type", "input_audio"}}}}}}}}), 400, "text only");
   s.post("/v1/models/unload", {{"model", "only"}});
   s.expect_clean();
 }

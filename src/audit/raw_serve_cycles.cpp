@@ -174,32 +174,26 @@ GroupCounts run_group(llama_context* ctx, llama_context* draft, mtmd_context* mt
     }
   };
   for (int step = 0;; ++step) {
-    // An image's prompt alone first, by mtmd's helper; its first token is
-    // sampled from its last row, and it joins the steps with it.
+    // An image's prompt up to its last text, by mtmd's helper, alone; that
+    // text joins the step's batch as a prompt does, after the image's cells.
     for (size_t s = 0; s < seqs.size(); ++s) {
       Seq& q = seqs[s];
-      if (!q.live || q.prompt_done || !q.chunks) continue;
+      if (!q.live || !q.chunks) continue;
+      const size_t n = mtmd_input_chunks_size(q.chunks);
       llama_pos past = 0;
-      if (mtmd_helper_eval_chunks(mtmd, ctx, q.chunks, 0, static_cast<llama_seq_id>(s), o.n_ctx, true, &past) != 0) {
-        throw Error("raw side: mtmd_helper_eval_chunks failed");
+      for (size_t c = 0; c + 1 < n; ++c) {
+        if (mtmd_helper_eval_chunk_single(mtmd, ctx, mtmd_input_chunks_get(q.chunks, c), past,
+                                          static_cast<llama_seq_id>(s), kServeStepTokens, false, &past) != 0) {
+          throw Error("raw side: mtmd_helper_eval_chunk_single failed");
+        }
       }
+      size_t n_text = 0;
+      const llama_token* text = mtmd_input_chunk_get_tokens_text(mtmd_input_chunks_get(q.chunks, n - 1), &n_text);
+      if (!text || n_text == 0) throw Error("raw side: the prompt does not end with text");
+      q.prompt.assign(text, text + n_text);
       q.n_past = past;
-      q.prompt_done = true;
-      const RequestEnd how = q.req->end;
-      if (how == RequestEnd::cancel && q.req->plan.in_prompt) {
-        end(q, true);
-        continue;
-      }
-      const llama_token t = llama_sampler_sample(q.sampler, ctx, -1);
-      ++q.generated;
-      if (llama_vocab_is_eog(vocab, t) || q.generated >= o.n_generate) {
-        end(q, false);
-      } else if ((how == RequestEnd::cancel && q.generated >= q.req->plan.step) ||
-                 (how == RequestEnd::vanish && q.generated >= 1)) {
-        end(q, true);
-      } else {
-        q.next = t;
-      }
+      mtmd_input_chunks_free(q.chunks);
+      q.chunks = nullptr;
     }
     // Each guess first, in the draft's own batches.
     for (size_t s = 0; draft && s < seqs.size(); ++s) {
@@ -220,7 +214,7 @@ GroupCounts run_group(llama_context* ctx, llama_context* draft, mtmd_context* mt
         q.n_in_step = batch.n_tokens - q.row;
       } else if (const auto n_prompt = static_cast<int>(q.prompt.size()); batch.n_tokens + n_prompt <= o.n_ctx) {
         for (int k = 0; k < n_prompt; ++k) {
-          batch_add(batch, q.prompt[static_cast<size_t>(k)], k, static_cast<int>(s), k == n_prompt - 1);
+          batch_add(batch, q.prompt[static_cast<size_t>(k)], q.n_past + k, static_cast<int>(s), k == n_prompt - 1);
         }
         q.row = batch.n_tokens - 1;
         q.n_in_step = n_prompt;

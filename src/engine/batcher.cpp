@@ -210,20 +210,23 @@ GenerateResult Batcher::generate(const GenerateRequest& req, const GenerateHooks
   Job job;
   job.scope = &request;
   job.cache_prompt = req.cache_prompt;
-  if (req.images.empty()) {
-    job.prompt = prompt_tokens(model_.vocab(), req, n_ctx_seq_);
-  } else {
+  const ImagePrompt* images = req.image_prompt.get();
+  if (!images && !req.images.empty()) {
     const Projector* projector = model_.projector();
     if (!projector) throw BadImage("this model takes no images: it has no projector (its mmproj)");
     if (!req.prompt_tokens.empty()) throw BadPrompt("a prompt with images is text, not token ids");
     if (!has_tokenizer(model_.vocab())) throw NoTokenizer("this model has no tokenizer: it reads token ids only");
-    with_images.emplace(request, *projector, req.prompt, req.images, req.add_special);
-    job.prompt = with_images->tokens();
+    images = &with_images.emplace(request, *projector, req.prompt, req.images, req.add_special);
+  }
+  if (!images) {
+    job.prompt = prompt_tokens(model_.vocab(), req, n_ctx_seq_);
+  } else {
+    job.prompt = images->tokens();
     check_context_fits(static_cast<int32_t>(job.prompt.size()), req.max_tokens, n_ctx_seq_);
-    job.images = &with_images->images();
+    job.images = &images->images();
     // Under M-RoPE the cells' positions are not the tokens' indices, which
     // the prompt cache's prefixes count in.
-    if (!with_images->positions_are_indices()) job.cache_prompt = false;
+    if (!images->positions_are_indices()) job.cache_prompt = false;
   }
   Generation gen(request, model_.vocab(), req, job.prompt, r);
   gen.stop_when([&job] { return job.stopped(); });

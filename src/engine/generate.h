@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <chrono>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -19,6 +20,8 @@
 
 namespace reclaim {
 
+class ImagePrompt;
+
 struct GenerateRequest {
   std::string prompt;        // special tokens in it (<|im_start|>, ...) are parsed
   std::vector<llama_token> prompt_tokens;  // if not empty: the prompt, already tokenized
@@ -29,6 +32,10 @@ struct GenerateRequest {
   // Image files' bytes, one for each image_marker() in `prompt`, in order
   // (engine/image_prompt.h); on a batch, for a model with a projector.
   std::vector<std::string> images;
+  // Or the prompt with its images already prepared by the caller, on a scope
+  // of the caller's that outlives the request; `prompt` and `images` are
+  // then not read.
+  std::shared_ptr<const ImagePrompt> image_prompt;
   // On a batch (engine/prompt_cache.h): start from the cells of an earlier
   // request that share a prefix with the prompt, and leave this one's for a
   // later one. False: neither.

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "server/anthropic.h"
+#include "server/image_parts.h"
 #include "server/json_fields.h"
 
 namespace reclaim::server {
@@ -52,6 +53,11 @@ void add_message(const json& m, size_t i, json& out) {
   if (!content.is_array()) bad_field(here + ".content", "'" + here + ".content' must be a string or an array of content blocks");
   std::string text, thinking;
   json calls = json::array(), results = json::array();
+  json parts = json::array();  // a user's text and images in order, once it has an image
+  const auto flush_text = [&] {
+    if (!text.empty()) parts.push_back({{"type", "text"}, {"text", text}});
+    text.clear();
+  };
   for (size_t k = 0; k < content.size(); ++k) {
     const std::string there = indexed(here + ".content", k);
     const json& b = content[k];
@@ -73,6 +79,23 @@ void add_message(const json& m, size_t i, json& out) {
       const std::string result = b.contains("content") ? plain_text(b["content"], there + ".content") : std::string();
       const bool error = b.contains("is_error") && b["is_error"].is_boolean() && b["is_error"].get<bool>();
       results.push_back({{"role", "tool"}, {"tool_call_id", use_id}, {"content", error ? "Error: " + result : result}});
+    } else if (type == "image" && role == "user") {
+      const std::string at = there + ".source";
+      const json& src = b.contains("source") ? b["source"] : json();
+      const std::string kind = src.is_object() ? src.value("type", "") : "";
+      std::string url;
+      if (kind == "base64") {
+        const std::string data = string_at(src, "data", at).get<std::string>();
+        (void)image_from_base64(data, at + ".data");  // a mistake named as the client sent it
+        url = "data:" + src.value("media_type", std::string("image")) + ";base64," + data;
+      } else if (kind == "url") {
+        url = string_at(src, "url", at).get<std::string>();
+        (void)image_from_url(url, at + ".url");
+      } else {
+        bad_field(at + ".type", "'" + at + ".type' must be \"base64\" or \"url\"");
+      }
+      flush_text();
+      parts.push_back({{"type", "image_url"}, {"image_url", {{"url", url}}}});
     } else if (type == "image" || type == "document" || type == "search_result") {
       bad_field(there, "'" + there + "' is a '" + type + "' block: this server reads text only", "unsupported_content");
     } else {
@@ -81,7 +104,12 @@ void add_message(const json& m, size_t i, json& out) {
   }
   for (json& r : results) out.push_back(std::move(r));
   if (role == "user") {
-    if (!text.empty() || results.empty()) out.push_back({{"role", "user"}, {"content", text}});
+    if (!parts.empty()) {
+      flush_text();
+      out.push_back({{"role", "user"}, {"content", parts}});
+    } else if (!text.empty() || results.empty()) {
+      out.push_back({{"role", "user"}, {"content", text}});
+    }
     return;
   }
   json a = {{"role", "assistant"}, {"content", calls.empty() || !text.empty() ? json(text) : json(nullptr)}};

@@ -32,7 +32,9 @@
 #include "engine/generate.h"
 #include "engine/generation.h"
 #include "engine/grammar_limits.h"
+#include "engine/image_prompt.h"
 #include "engine/images.h"
+#include "engine/model.h"
 #include "runtime/request_run.h"
 #include "server/answer.h"
 #include "server/chat_request.h"
@@ -65,6 +67,10 @@ struct Running {
   std::shared_ptr<StreamSession> session;
   StreamSessions* sessions = nullptr;
   bool streamed = false;  // the stream's body ran
+  // The request's images, preprocessed before any header (a damaged one is
+  // a 400 then); a scope of its own, not under the model's, since the run
+  // may let go of its lease before it is destroyed. Last: it goes first.
+  std::unique_ptr<Scope> images;
 };
 
 // Once a model name: that a model without a template of its own is served
@@ -201,7 +207,16 @@ void prepare(Running& run) {
       throw BadImage("model '" + run.req.model + "' takes no images: it has no projector (give it one with --mmproj, or "
                      "'mmproj' in --config)");
     }
-    check_image_files(g.images);
+    // Decoded and preprocessed now, on the HTTP thread, so that each
+    // refusal is a 400 before a stream's headers and the batch finds them
+    // ready; the files' bytes are not needed after.
+    const Batcher& batch = *model.batcher();
+    run.images = std::make_unique<Scope>(next_request_name() + " images");
+    auto prompt = std::make_shared<ImagePrompt>(*run.images, *model.projector(), g.prompt, g.images, g.add_special);
+    check_context_fits(static_cast<int32_t>(prompt->tokens().size()), g.max_tokens, batch.n_ctx_seq());
+    g.image_prompt = std::move(prompt);
+    g.images.clear();
+    g.images.shrink_to_fit();
     return;
   }
   // The model's own context a sequence, as its batch was made.

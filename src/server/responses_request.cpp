@@ -3,8 +3,10 @@
 // an assistant's tool calls (with its text, when they follow it),
 // function_call_output items tool messages, reasoning items the next
 // assistant message's reasoning_content.
+#include <algorithm>
 #include <string>
 
+#include "server/image_parts.h"
 #include "server/json_fields.h"
 #include "server/responses.h"
 
@@ -34,6 +36,32 @@ std::string content_text(const json& content, const std::string& here) {
     }
   }
   return out;
+}
+
+// A user's or system's content: as content_text, or, where it holds
+// input_image parts, chat parts in order, each image an image_url part.
+json message_content(const json& content, const std::string& here) {
+  const bool images = content.is_array() && std::any_of(content.begin(), content.end(), [](const json& p) {
+    return p.is_object() && p.value("type", "") == "input_image";
+  });
+  if (!images) return content_text(content, here);
+  json parts = json::array();
+  for (size_t k = 0; k < content.size(); ++k) {
+    const std::string there = indexed(here, k);
+    const json& part = content[k];
+    if (!part.is_object() || part.value("type", "") != "input_image") {
+      parts.push_back({{"type", "text"}, {"text", content_text(json::array({part}), here)}});
+      continue;
+    }
+    if (has_field(part, "file_id")) {
+      bad_field(there + ".file_id", "'" + there + ".file_id': this server keeps no files; send the image as a data: URL",
+                "unsupported_content");
+    }
+    const std::string url = string_at(part, "image_url", there).get<std::string>();
+    (void)image_from_url(url, there + ".image_url");  // a mistake named as the client sent it
+    parts.push_back({{"type", "image_url"}, {"image_url", {{"url", url}}}});
+  }
+  return parts;
 }
 
 class Messages {
@@ -79,11 +107,11 @@ class Messages {
       bad_field(here + ".role", "'" + here + ".role' must be user, system, developer or assistant");
     }
     if (!item.contains("content")) bad_field(here + ".content", "'" + here + ".content' is required");
-    const std::string text = content_text(item["content"], here + ".content");
     if (role != "assistant") {
-      out_.push_back({{"role", role}, {"content", text}});
+      out_.push_back({{"role", role}, {"content", message_content(item["content"], here + ".content")}});
       return;
     }
+    const std::string text = content_text(item["content"], here + ".content");
     // A new assistant turn, unless it goes on one that only called tools.
     json& a = assistant(true);
     a["content"] = a["content"].is_string() ? json(a["content"].get<std::string>() + text) : json(text);

@@ -12,8 +12,8 @@
 // them, the cells of the rest dropped in both contexts. With a projector
 // (serve-vision), as llama.cpp's mtmd tools do it: the projector loaded over
 // the model, each request's image decoded and its prompt tokenized by mtmd,
-// and evaluated alone by mtmd_helper_eval_chunks before its sequence joins
-// the batch's steps.
+// its chunks up to its last text evaluated alone by mtmd_helper_eval_chunk_
+// single, and that text decoded in the batch's steps as other prompts are.
 #include <llama.h>
 #include <mtmd-helper.h>
 #include <mtmd.h>

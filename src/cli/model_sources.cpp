@@ -103,9 +103,14 @@ bool model_in_subfolder(const std::string& dir, const std::string& name, ModelSp
   if (models.size() == 1) {
     model = models[0];
   } else {
+    size_t firsts = 0;
     for (const std::string& f : models) {
-      if (f.find("-00001-of-") != std::string::npos) model = model.empty() ? f : "";
+      if (f.find("-00001-of-") != std::string::npos) {
+        model = f;
+        ++firsts;
+      }
     }
+    if (firsts != 1) model.clear();  // several models: which one is the folder's is unsaid
   }
   if (model.empty() || projectors.size() > 1) return false;
   out = {name, dir + "/" + model, false};
@@ -136,8 +141,10 @@ std::vector<ModelSpec> models_in_folder(const std::string& dir) {
     if (const std::string p = "mmproj-" + f; projectors.count(p)) out.back().settings.mmproj = dir + "/" + p;
   }
   for (const std::string& sub : folders) {
+    // A file of the same name is that name's model already.
+    const bool taken = std::any_of(out.begin(), out.end(), [&](const ModelSpec& m) { return m.name == sub; });
     ModelSpec m;
-    if (model_in_subfolder(dir + "/" + sub, sub, m)) out.push_back(std::move(m));
+    if (!taken && model_in_subfolder(dir + "/" + sub, sub, m)) out.push_back(std::move(m));
   }
   return out;
 }

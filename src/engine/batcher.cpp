@@ -223,6 +223,7 @@ GenerateResult Batcher::generate(const GenerateRequest& req, const GenerateHooks
   } else {
     job.prompt = images->tokens();
     check_context_fits(static_cast<int32_t>(job.prompt.size()), req.max_tokens, n_ctx_seq_);
+    check_whole_images(*images);
     job.images = &images->images();
     // Under M-RoPE the cells' positions are not the tokens' indices, which
     // the prompt cache's prefixes count in.
@@ -515,6 +516,20 @@ bool Batcher::fill_batch() {
   return b.n_tokens > 0;
 }
 
+void Batcher::check_whole_images(const ImagePrompt& prompt) const {
+  // A projector whose image attends to all of itself (Gemma 3's) needs each
+  // image in one decode: split, its first part would never see the rest.
+  mtmd_context* mtmd = model_.projector()->get();
+  for (size_t i = 0; i < prompt.images().size(); ++i) {
+    const ImageSpan& s = prompt.images()[i];
+    if (s.n_tokens > n_batch_ && mtmd_decode_use_non_causal(mtmd, s.chunk)) {
+      throw BadImage("image " + std::to_string(i + 1) + " is " + std::to_string(s.n_tokens) +
+                     " embeddings, which this model's projector decodes at once, and its batch takes " +
+                     std::to_string(n_batch_) + " (raise --batch)");
+    }
+  }
+}
+
 bool Batcher::feed_images() {
   std::vector<Job*>& live = held_;  // reserved: no allocation here
   live.clear();
@@ -539,13 +554,15 @@ void Batcher::feed_image(Job& j) {
   Defer out([this] { in_batch_.clear(); });
   try {
     const StepTurn turn(model_);
-    // Its embeddings, the request's until they are in the cells.
-    Scope::Slot slot = j.scope->reserve(Kind::buffer, "image embeddings");
+    // Its embeddings until they are in the cells: on the batch's scope,
+    // which only this thread's end closes, not on the request's, whose
+    // cleanups (newest first) could run while this thread still reads them.
+    Scope::Slot slot = scope_.reserve(Kind::buffer, "image embeddings of " + base_name(j.scope->path()));
     mtmd_batch* encoded = mtmd_batch_init(mtmd);
     if (!encoded) throw std::bad_alloc();
     const uint64_t bytes = static_cast<uint64_t>(image.n_tokens) * static_cast<uint64_t>(llama_model_n_embd_inp(model_.get())) * sizeof(float);
     const CleanupId id = slot.arm(bytes, [encoded] { mtmd_batch_free(encoded); });
-    Defer free_embeddings([&] { j.scope->release(id); });
+    Defer free_embeddings([&] { scope_.release(id); });
     // The projector computes on threads of its own: the model's, left
     // polling for their next graph, would take the cores from it (cycles of
     // the audit's serve-vision took 2-3x raw llama.cpp's with them spinning).

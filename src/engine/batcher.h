@@ -40,6 +40,7 @@
 
 namespace reclaim {
 
+class ImagePrompt;
 class Model;
 
 struct BatcherOptions {
@@ -117,6 +118,9 @@ class Batcher {
   // tokens of the shared batch); false: none had.
   bool feed_images();
   void feed_image(Job& j);
+  // Throws BadImage for an image the batch cannot decode whole where its
+  // projector needs it so (non-causal attention over the image).
+  void check_whole_images(const ImagePrompt& prompt) const;
   // The step's batch from the jobs in their slots, into in_batch_; false:
   // none has a token to decode.
   bool fill_batch();

@@ -66,10 +66,10 @@ ImagePrompt::ImagePrompt(Scope& scope, const Projector& projector, const std::st
     Scope decoded(scope, "images");
     const RequestImages images(decoded, &projector, files, limits);
     mtmd_input_text in{text.c_str(), text.size(), add_special, true};
+    take_llama_errors();
     const int64_t before = static_cast<int64_t>(heap_stats().in_use);
     chunks = mtmd_input_chunks_init();
     if (!chunks) throw std::bad_alloc();
-    take_llama_errors();
     const int32_t rc = mtmd_tokenize(projector.get(), chunks, &in, images.bitmaps().data(), images.size());
     if (rc != 0) {
       const std::string why = take_llama_errors();

@@ -82,12 +82,13 @@ void add_message(const json& m, size_t i, json& out) {
     } else if (type == "image" && role == "user") {
       const std::string at = there + ".source";
       const json& src = b.contains("source") ? b["source"] : json();
-      const std::string kind = src.is_object() ? src.value("type", "") : "";
+      const std::string kind = src.is_object() && src.contains("type") && src["type"].is_string() ? src["type"].get<std::string>() : "";
       std::string url;
       if (kind == "base64") {
         const std::string data = string_at(src, "data", at).get<std::string>();
         (void)image_from_base64(data, at + ".data");  // a mistake named as the client sent it
-        url = "data:" + src.value("media_type", std::string("image")) + ";base64," + data;
+        const bool typed = src.contains("media_type") && src["media_type"].is_string();
+        url = "data:" + (typed ? src["media_type"].get<std::string>() : std::string("image")) + ";base64," + data;
       } else if (kind == "url") {
         url = string_at(src, "url", at).get<std::string>();
         (void)image_from_url(url, at + ".url");

@@ -67,8 +67,8 @@ struct Running {
   std::shared_ptr<StreamSession> session;
   StreamSessions* sessions = nullptr;
   bool streamed = false;  // the stream's body ran
-  // The request's images, preprocessed before any header (a damaged one is
-  // a 400 then); a scope of its own, not under the model's, since the run
+  // The request's images, preprocessed where its prompt is (prepare); a
+  // scope of its own, not under the model's, since the run
   // may let go of its lease before it is destroyed. Last: it goes first.
   std::unique_ptr<Scope> images;
 };
@@ -201,15 +201,16 @@ void prepare(Running& run) {
     }
   }
   if (!g.images.empty()) {
-    // Its text is tokenized around the images on the batch, with them
-    // (engine/image_prompt.h); what can be refused now is, before any header.
+    // Its text is tokenized around the images with them
+    // (engine/image_prompt.h), once the model is held: before a stream's
+    // headers where the model was ready within --stream-hold, else inside
+    // the stream, whose error event then says what was wrong.
     if (!model.projector()) {
       throw BadImage("model '" + run.req.model + "' takes no images: it has no projector (give it one with --mmproj, or "
                      "'mmproj' in --config)");
     }
-    // Decoded and preprocessed now, on the HTTP thread, so that each
-    // refusal is a 400 before a stream's headers and the batch finds them
-    // ready; the files' bytes are not needed after.
+    // Decoded and preprocessed here, on the HTTP thread, so that the batch
+    // finds them ready; the files' bytes are not needed after.
     const Batcher& batch = *model.batcher();
     run.images = std::make_unique<Scope>(next_request_name() + " images");
     auto prompt = std::make_shared<ImagePrompt>(*run.images, *model.projector(), g.prompt, g.images, g.add_special);

@@ -42,14 +42,14 @@ std::string content_text(const json& content, const std::string& here) {
 // input_image parts, chat parts in order, each image an image_url part.
 json message_content(const json& content, const std::string& here) {
   const bool images = content.is_array() && std::any_of(content.begin(), content.end(), [](const json& p) {
-    return p.is_object() && p.value("type", "") == "input_image";
+    return p.is_object() && p.contains("type") && p["type"] == "input_image";
   });
   if (!images) return content_text(content, here);
   json parts = json::array();
   for (size_t k = 0; k < content.size(); ++k) {
     const std::string there = indexed(here, k);
     const json& part = content[k];
-    if (!part.is_object() || part.value("type", "") != "input_image") {
+    if (!part.is_object() || !part.contains("type") || part["type"] != "input_image") {
       parts.push_back({{"type", "text"}, {"text", content_text(json::array({part}), here)}});
       continue;
     }

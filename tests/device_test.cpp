@@ -50,10 +50,12 @@ TEST(Device, EveryScenarioOnTheDeviceMeetsTheThresholds) {
 }
 
 // Requests with images, the projector on the device with the model, beside
-// plain llama.cpp with mtmd doing the same.
+// plain llama.cpp with mtmd doing the same; one wave a cycle, run whole.
+// Run alone (tests/CMakeLists.txt says why). Cancels and clients leaving
+// mid-image are the CPU audit's (tests/audit_test.cpp).
 TEST(Device, ImagesWithTheProjectorOnTheDeviceMeetTheThresholds) {
   const json j = audit_json("-m " + seeing().model + " --mmproj " + seeing().mmproj +
-                                " --scenario serve-vision --cycles 3 --requests 4 --generate 8 --threads 1 --compare-raw",
+                                " --scenario serve-vision --cycles 3 --requests 2 --generate 8 --threads 1 --compare-raw",
                             0);
   ASSERT_EQ(j["scenarios"].size(), 1u);
   const json& s = j["scenarios"][0];

@@ -30,15 +30,10 @@ using reclaim::testing::request_entries;
 using reclaim::testing::sequence_empty;
 using reclaim::testing::small_load;
 using reclaim::testing::small_projector;
+using reclaim::testing::small_seeing_load;
 using reclaim::testing::small_session;
 
 namespace {
-
-ModelLoad seeing() {
-  ModelLoad load = small_load("spm");
-  load.mmproj = small_projector("spm");
-  return load;
-}
 
 std::string with_image(const std::string& before, const std::string& after) {
   return before + image_marker() + after;
@@ -70,7 +65,7 @@ std::string image_refusal(Model& m, const std::string& text, const std::vector<s
 }  // namespace
 
 TEST(ImagePrompt, EachImageIsARunOfStandInsNamedByItsFile) {
-  Model m(seeing());
+  Model m(small_seeing_load());
   const std::string a = png(8, 8, 1), b = png(12, 9, 2);
   Scope request("request:image-prompt-test");
   const ImagePrompt p(request, *m.projector(), "one " + std::string(image_marker()) + " two " + image_marker() + " three " +
@@ -104,7 +99,7 @@ TEST(ImagePrompt, EachImageIsARunOfStandInsNamedByItsFile) {
 }
 
 TEST(ImagePrompt, AWrongCountOfPlacesOrAnImageLastIsABadImageAndLeavesNothing) {
-  Model m(seeing());
+  Model m(small_seeing_load());
   const uint64_t before = Ledger::process().totals().count;
   const std::string a = png(8, 8, 1);
   std::string why = image_refusal(m, "no place for it", {a});
@@ -132,7 +127,7 @@ TEST(ImagePrompt, APrefixNeverEndsInsideAnImage) {
 // The first token's log-probabilities, by the batch and by mtmd's own
 // evaluation of the same prompt (mtmd_helper_eval_chunks) on a plain context.
 TEST(VisionBatch, AnImagePromptDecodesAsMtmdsOwnEvaluation) {
-  Model m(seeing());
+  Model m(small_seeing_load());
   Batcher& batch = m.start_batcher(batching(2));
   const std::string text = with_image("Look: ", " What is it?");
   const GenerateResult got = batch.generate(image_request(text, {png(40, 30, 3)}, 1));
@@ -185,13 +180,13 @@ TEST(VisionBatch, AnImagePromptDecodesAsMtmdsOwnEvaluation) {
 }
 
 TEST(VisionBatch, TwoImageRequestsAtOnceAreEachAsAlone) {
-  Model m(seeing());
+  Model m(small_seeing_load());
   const GenerateRequest r1 = image_request(with_image("First: ", " tell me"), {png(16, 16, 4)});
   const GenerateRequest r2 = image_request(with_image("A second prompt, longer: ", " and this") + image_marker() + " too",
                                            {png(64, 64, 5), png(20, 30, 6)});
   GenerateResult alone1, alone2;
   {
-    Model solo(seeing());
+    Model solo(small_seeing_load());
     Batcher& b = solo.start_batcher(batching(1));
     alone1 = b.generate(r1);
     alone2 = b.generate(r2);
@@ -206,7 +201,7 @@ TEST(VisionBatch, TwoImageRequestsAtOnceAreEachAsAlone) {
 }
 
 TEST(VisionBatch, ANextTurnReusesItsImagesCellsAndAnotherImageDoesNot) {
-  Model m(seeing());
+  Model m(small_seeing_load());
   Batcher& batch = m.start_batcher(batching(1));
   const std::string first = with_image("Here is a picture: ", " Describe it.");
   const GenerateResult r1 = batch.generate(image_request(first, {png(30, 30, 7)}));
@@ -222,7 +217,7 @@ TEST(VisionBatch, ANextTurnReusesItsImagesCellsAndAnotherImageDoesNot) {
 }
 
 TEST(VisionBatch, ARequestCancelledAfterItsImageOrRefusedLeavesNothing) {
-  Model m(seeing());
+  Model m(small_seeing_load());
   Batcher& batch = m.start_batcher(batching(1));
   const uint64_t before = Ledger::process().totals().count;
   CancelToken cancel;

@@ -17,14 +17,9 @@ using namespace reclaim;
 using reclaim::testing::png;
 using reclaim::testing::small_load;
 using reclaim::testing::small_projector;
+using reclaim::testing::small_seeing_load;
 
 namespace {
-
-ModelLoad seeing() {
-  ModelLoad load = small_load("spm");
-  load.mmproj = small_projector("spm");
-  return load;
-}
 
 // The BadImage that `files` make, its message; "" when they are taken.
 std::string refusal(const Projector* projector, const std::vector<std::string>& files, const ImageLimits& limits = {}) {
@@ -44,7 +39,7 @@ bool has(const std::string& text, const std::string& part) { return text.find(pa
 }  // namespace
 
 TEST(Images, DecodedOntoTheRequestsLedgerAndFreedWithIt) {
-  Model m(seeing());
+  Model m(small_seeing_load());
   const uint64_t before = Ledger::process().totals().count;
   {
     Scope request("request:images-test");
@@ -61,7 +56,7 @@ TEST(Images, DecodedOntoTheRequestsLedgerAndFreedWithIt) {
 }
 
 TEST(Images, EachHostileOneIsABadImageSayingWhichAndWhy) {
-  Model m(seeing());
+  Model m(small_seeing_load());
   const Projector* p = m.projector();
   const uint64_t before = Ledger::process().totals().count;
   const std::string good = png(8, 8);

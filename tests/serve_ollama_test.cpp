@@ -50,14 +50,6 @@ double seconds_until(const std::string& rfc3339) {
   return std::difftime(timegm(&tm), std::time(nullptr));
 }
 
-void expect_ollama_error(const httplib::Result& r, int status, const std::string& says) {
-  ASSERT_TRUE(r);
-  EXPECT_EQ(r->status, status) << r->body;
-  const json j = json::parse(r->body, nullptr, false);
-  ASSERT_TRUE(j.is_object() && j.contains("error") && j["error"].is_string()) << r->body;
-  EXPECT_NE(j["error"].get<std::string>().find(says), std::string::npos) << r->body;
-}
-
 json hello_chat(bool stream) {
   return {{"model", "bpe"},
           {"messages", json::array({{{"role", "user"}, {"content", "hello"}}})},

@@ -53,14 +53,6 @@ std::vector<std::string> seeing_and_plain() {
   return {"--config", path};
 }
 
-void expect_ollama_error(const httplib::Result& r, int status, const std::string& says) {
-  ASSERT_TRUE(r);
-  EXPECT_EQ(r->status, status) << r->body;
-  const json j = json::parse(r->body, nullptr, false);
-  ASSERT_TRUE(j.is_object() && j.contains("error") && j["error"].is_string()) << r->body;
-  EXPECT_NE(j["error"].get<std::string>().find(says), std::string::npos) << r->body;
-}
-
 std::string content(const json& reply) { return reply["choices"][0]["message"]["content"].get<std::string>(); }
 
 }  // namespace

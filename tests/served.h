@@ -217,6 +217,15 @@ inline void expect_error(const httplib::Result& r, int status, const std::string
   EXPECT_NE(j["error"]["message"].get<std::string>().find(says), std::string::npos) << r->body;
 }
 
+// An error in Ollama's shape: {"error": "message"}.
+inline void expect_ollama_error(const httplib::Result& r, int status, const std::string& says) {
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, status) << r->body;
+  const json j = json::parse(r->body, nullptr, false);
+  ASSERT_TRUE(j.is_object() && j.contains("error") && j["error"].is_string()) << r->body;
+  EXPECT_NE(j["error"].get<std::string>().find(says), std::string::npos) << r->body;
+}
+
 // Posts a streamed request on a raw socket, reads up to its first SSE chunk
 // and closes the connection, as a client that goes away does.
 // `mark`: what the first chunk holds (an SSE event's; an NDJSON line's).

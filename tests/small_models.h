@@ -76,6 +76,13 @@ inline ModelLoad small_load(const std::string& vocab = "spm") {
   return l;
 }
 
+// The spm model with its test projector: a model that takes images.
+inline ModelLoad small_seeing_load() {
+  ModelLoad l = small_load("spm");
+  l.mmproj = small_projector("spm");
+  return l;
+}
+
 // The context the small-model tests give a request.
 inline SessionOptions small_session(int n_ctx = 128) {
   SessionOptions o;

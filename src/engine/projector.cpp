@@ -18,14 +18,8 @@ Projector::Projector(Model& model, const std::string& path)
     : scope_(model.scope(), "mmproj", ScopeOptions{.release_heap_on_close = true}) {
   check_model_file(path);
   Scope::Slot slot = scope_.reserve(Kind::model, base_name(path));
-  const bool on_device = model.n_gpu_layers() != 0 && !accelerator_devices().empty();
-  mtmd_context_params p = mtmd_context_params_default();
-  p.use_gpu = on_device;
-  p.n_threads = model.n_threads();
-  p.print_timings = false;
-  // The compute buffer reserved now, on a dummy image of the projector's
-  // size: at load, on the ledger, rather than at a first request.
-  p.warmup = true;
+  const mtmd_context_params p = projector_params(model.n_gpu_layers(), model.n_threads());
+  const bool on_device = p.use_gpu;
   const auto host_now = [] { return static_cast<int64_t>(heap_stats().in_use); };
   const int64_t host_before = host_now(), device_before = device_memory_used();
   take_llama_errors();
@@ -43,13 +37,18 @@ Projector::Projector(Model& model, const std::string& path)
   ctx_ = {ctx, &scope_, id};
 }
 
-void add_projector_estimate(MemoryEstimate& e, const std::string& path, int32_t n_gpu_layers) {
-  check_model_file(path);
+mtmd_context_params projector_params(int32_t n_gpu_layers, int32_t n_threads) {
   mtmd_context_params p = mtmd_context_params_default();
   p.use_gpu = n_gpu_layers != 0 && !accelerator_devices().empty();
-  p.n_threads = 1;
+  p.n_threads = n_threads;
   p.print_timings = false;
   p.warmup = true;
+  return p;
+}
+
+void add_projector_estimate(MemoryEstimate& e, const std::string& path, int32_t n_gpu_layers) {
+  check_model_file(path);
+  const mtmd_context_params p = projector_params(n_gpu_layers, 1);
   take_llama_errors();
   const std::map<ggml_backend_dev_t, size_t> usage = mtmd_get_memory_usage(path.c_str(), p);
   if (usage.empty()) {

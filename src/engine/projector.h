@@ -13,6 +13,7 @@
 #include "engine/owners.h"
 
 struct mtmd_context;
+struct mtmd_context_params;
 
 namespace reclaim {
 
@@ -35,6 +36,11 @@ class Projector {
   ScopedRef<mtmd_context> ctx_;
   uint64_t bytes_ = 0;
 };
+
+// How reclaim loads a projector beside a model of `n_gpu_layers`: on the
+// accelerator with it where it has one, quiet, and warmed up at load (its
+// compute buffer reserved on a dummy image then, not at a first request).
+mtmd_context_params projector_params(int32_t n_gpu_layers, int32_t n_threads);
 
 // Adds what the projector at `path` would take beside a model loaded with
 // `n_gpu_layers` to `e`: its weights and the compute buffer its warm-up

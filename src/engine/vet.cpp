@@ -205,11 +205,7 @@ void use_the_tokenizer(const llama_vocab* vocab) {
 // damaged projector makes mtmd assert, it does so here.
 void encode_an_image(llama_model* model, const std::string& path, int32_t n_gpu_layers) {
   check_model_file(path);
-  mtmd_context_params p = mtmd_context_params_default();
-  p.use_gpu = n_gpu_layers != 0 && !accelerator_devices().empty();
-  p.n_threads = 1;
-  p.print_timings = false;
-  p.warmup = true;
+  const mtmd_context_params p = projector_params(n_gpu_layers, 1);
   take_llama_errors();
   mtmd_context* mtmd = mtmd_init_from_file(path.c_str(), model, p);
   if (!mtmd) {

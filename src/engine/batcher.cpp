@@ -1,14 +1,12 @@
 #include "engine/batcher.h"
 
-#include <mtmd-helper.h>
-#include <mtmd.h>
-
 #include <algorithm>
 #include <exception>
 #include <optional>
 
 #include "core/defer.h"
 #include "core/heap.h"
+#include "engine/batcher_job.h"
 #include "engine/core_turns.h"
 #include "engine/generation.h"
 #include "engine/image_prompt.h"
@@ -65,54 +63,6 @@ void reserve_output_rows(llama_context* ctx, const llama_context_params& cp, int
 }
 
 }  // namespace
-
-// One request. It lives on its caller's stack; the caller leaves only once
-// the decode thread has let go of it (done).
-struct Batcher::Job {
-  std::vector<llama_token> prompt;
-  Generation* gen = nullptr;
-  GenerateResult* result = nullptr;
-  const CancelToken* cancel = nullptr;
-  bool cache_prompt = true;
-  Scope* scope = nullptr;  // the request's
-  // Its images' runs in the prompt, each decoded alone when the prompt's
-  // feed reaches it (Batcher::feed_image); null: a prompt of text.
-  const std::vector<ImageSpan>* images = nullptr;
-
-  // The decode thread's own.
-  int32_t seq = -1;
-  int32_t n_past = 0;    // positions in the KV cells
-  int32_t n_fed = 0;     // prompt tokens put in a batch so far
-  int32_t n_in_step = 0; // tokens of this job in the current batch
-  int32_t row = -1;      // its logits row in the current batch, or -1
-  llama_token next = -1; // sampled, to be decoded next step
-  // Speculating: the tokens in its cells, which the guess is looked up in,
-  // the guess after `next`, and how much of it is in the current batch.
-  std::vector<llama_token> history;
-  std::vector<llama_token> guess;
-  int32_t n_guess = 0;
-  GuessPace pace;  // with a draft model
-  size_t next_image = 0;   // the first of `images` not yet in the cells
-  int32_t extra_cells = 0; // cells beyond positions (images under M-RoPE)
-  int32_t cached = 0;    // prompt tokens the cache gave
-  std::chrono::steady_clock::time_point began;  // when it got its sequence
-  bool wants_progress = false, wants_timings = false;  // the caller's hooks
-
-  // Under Batcher::mu_.
-  std::condition_variable cv;
-  std::string out;       // text not yet taken by the caller
-  std::vector<TokenLogprob> out_logprobs;  // and the logprobs of its tokens
-  int32_t generated = 0; // tokens so far
-  std::vector<PromptProgress> progress;  // reports not yet taken, when wanted
-  Timings live;          // the timings as of the text in `out`, when wanted
-  bool done = false;
-  std::exception_ptr error;
-
-  std::atomic<bool> abandoned{false};  // the caller is leaving
-
-  bool generating() const { return n_fed == static_cast<int32_t>(prompt.size()); }
-  bool stopped() const { return abandoned.load() || (cancel && cancel->cancelled()); }
-};
 
 Batcher::Batcher(Model& model, const BatcherOptions& o)
     : model_(model),
@@ -516,92 +466,6 @@ bool Batcher::fill_batch() {
   return b.n_tokens > 0;
 }
 
-void Batcher::check_whole_images(const ImagePrompt& prompt) const {
-  // A projector whose image attends to all of itself (Gemma 3's) needs each
-  // image in one decode: split, its first part would never see the rest.
-  mtmd_context* mtmd = model_.projector()->get();
-  for (size_t i = 0; i < prompt.images().size(); ++i) {
-    const ImageSpan& s = prompt.images()[i];
-    if (s.n_tokens > n_batch_ && mtmd_decode_use_non_causal(mtmd, s.chunk)) {
-      throw BadImage("image " + std::to_string(i + 1) + " is " + std::to_string(s.n_tokens) +
-                     " embeddings, which this model's projector decodes at once, and its batch takes " +
-                     std::to_string(n_batch_) + " (raise --batch)");
-    }
-  }
-}
-
-bool Batcher::feed_images() {
-  std::vector<Job*>& live = held_;  // reserved: no allocation here
-  live.clear();
-  {
-    std::lock_guard lock(mu_);
-    for (Job* j : slots_) {
-      if (j && j->images && !j->generating() && j->next_image < j->images->size() &&
-          (*j->images)[j->next_image].start == j->n_fed) {
-        live.push_back(j);
-      }
-    }
-  }
-  for (Job* j : live) feed_image(*j);
-  return !live.empty();
-}
-
-void Batcher::feed_image(Job& j) {
-  const ImageSpan& image = (*j.images)[j.next_image];
-  mtmd_context* mtmd = model_.projector()->get();
-  // The image's decode stops, as a step does, when its request is stopped.
-  in_batch_.push_back(&j);
-  Defer out([this] { in_batch_.clear(); });
-  try {
-    const StepTurn turn(model_);
-    // Its embeddings until they are in the cells: on the batch's scope,
-    // which only this thread's end closes, not on the request's, whose
-    // cleanups (newest first) could run while this thread still reads them.
-    Scope::Slot slot = scope_.reserve(Kind::buffer, "image embeddings of " + base_name(j.scope->path()));
-    mtmd_batch* encoded = mtmd_batch_init(mtmd);
-    if (!encoded) throw std::bad_alloc();
-    const uint64_t bytes = static_cast<uint64_t>(image.n_tokens) * static_cast<uint64_t>(llama_model_n_embd_inp(model_.get())) * sizeof(float);
-    const CleanupId id = slot.arm(bytes, [encoded] { mtmd_batch_free(encoded); });
-    Defer free_embeddings([&] { scope_.release(id); });
-    // The projector computes on threads of its own: the model's, left
-    // polling for their next graph, would take the cores from it (cycles of
-    // the audit's serve-vision took 2-3x raw llama.cpp's with them spinning).
-    // The next decode wakes them.
-    if (ggml_threadpool* pool = model_.threadpool()) ggml_threadpool_pause(pool);
-    take_llama_errors();
-    float* embd = nullptr;
-    if (mtmd_batch_add_chunk(encoded, image.chunk) == 0 && mtmd_batch_encode(encoded) == 0) {
-      embd = mtmd_batch_get_output_embd(encoded, image.chunk);
-    }
-    if (!embd) {
-      const std::string why = take_llama_errors();
-      throw Error("the projector could not encode image " + std::to_string(j.next_image + 1) +
-                  (why.empty() ? "" : ": " + why));
-    }
-    llama_pos past = j.n_past;
-    const int32_t rc = mtmd_helper_decode_image_chunk(mtmd, ctx_.get(), image.chunk, embd, j.n_past, j.seq, n_batch_,
-                                                      &past, nullptr, nullptr);
-    steps_.fetch_add(1);
-    tokens_.fetch_add(static_cast<uint64_t>(image.n_tokens));
-    busy_.fetch_add(1);
-    if (rc == 2) return;  // aborted: the request is stopping; the next turn retires it
-    if (rc != 0) {
-      throw Error("llama_decode failed (code " + std::to_string(rc) + ") at image " + std::to_string(j.next_image + 1) +
-                  " of " + std::to_string(image.n_tokens) + " embeddings");
-    }
-    j.n_past = past;
-    j.n_fed += image.n_tokens;
-    j.extra_cells += image.n_tokens - image.n_pos;
-    ++j.next_image;
-  } catch (...) {
-    j.error = std::current_exception();
-    std::move(out).invoke();
-    retire(j, false);
-    return;
-  }
-  report_progress(j, false);
-}
-
 bool Batcher::step() {
   const bool fed = feed_images();
   if (!fill_batch()) return fed;
@@ -700,43 +564,6 @@ void Batcher::advance(Job& j) {
     j.error = std::current_exception();
     retire(j, false);
   }
-}
-
-void Batcher::guess_next(Job& j) {
-  j.guess.clear();
-  // The guesses are text; a prompt's images are not (their stand-ins are
-  // no tokens a draft could read).
-  if (!spec_.on() || j.images) return;
-  // Tokens past the request's length or its context would be decoded for
-  // nothing: the step makes 1 + guesses tokens at most.
-  int32_t n_max = std::min(spec_.draft_max, n_ctx_seq_ - j.n_past - 1);
-  if (const int32_t max_tokens = j.gen->max_tokens(); max_tokens >= 0) {
-    n_max = std::min(n_max, max_tokens - static_cast<int32_t>(j.result->tokens.size()) - 1);
-  }
-  if (!drafter_) {
-    ngram_guess(spec_, j.history, j.next, n_max, j.guess);
-  } else if (n_max >= std::max(1, spec_.draft_min)) {
-    // Never below draft_min: a shorter guess would not be decoded, and its
-    // verdict never reached.
-    if (int32_t n = j.pace.allow(n_max); n > 0) {
-      n = std::min(n_max, std::max(n, spec_.draft_min));
-      asks_.push_back(Drafter::Ask{j.seq, &j.history, j.next, n, &j.guess});
-    }
-  }
-}
-
-void Batcher::draft_guesses() {
-  if (asks_.empty()) return;
-  // The jobs asking are in their slots until their next step: only this
-  // thread retires them.
-  const bool done = drafter_->guess(asks_, [this](llama_context* c, llama_batch b) {
-    DecodeTurn turn(model_);
-    return llama_decode(c, b);
-  });
-  for (Drafter::Ask& q : asks_) {
-    if (!done || static_cast<int32_t>(q.guess->size()) < spec_.draft_min) q.guess->clear();
-  }
-  asks_.clear();
 }
 
 void Batcher::report_progress(Job& j, bool first) {

@@ -170,6 +170,34 @@ TEST(ServeConfig, AFileAddedToOrRemovedFromTheFolderIsSeenAtOnce) {
   EXPECT_NE(end.err.find("ledger: 0 entries"), std::string::npos) << end.err;
 }
 
+// A model's own folder (llama-server's router's layout), made in the folder
+// and filled, or filled elsewhere and moved in whole, is seen as it happens,
+// as its file's removal is; no request names it first.
+TEST(ServeConfig, AModelsFolderMadeOrMovedIntoTheFolderIsSeenAtOnce) {
+  namespace fs = std::filesystem;
+  const std::string dir = temp_path("watched-model-folders");
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  fs::copy_file(spm(), dir + "/first.gguf");
+  Served s({"--models-dir", dir});
+  fs::create_directories(dir + "/made");
+  fs::copy_file(spm(), dir + "/made/model-q8_0.gguf");
+  ASSERT_TRUE(s.until([&] { return !s.model("made").is_null(); })) << s.log();
+  const std::string away = temp_path("model-folder-away");
+  fs::remove_all(away);
+  fs::create_directories(away);
+  fs::copy_file(bpe(), away + "/model.gguf");
+  fs::rename(away, dir + "/moved");
+  ASSERT_TRUE(s.until([&] { return !s.model("moved").is_null(); })) << s.log();
+  (void)s.post_json("/v1/completions", {{"model", "moved"}, {"prompt", "Once"}, {"max_tokens", 2}});
+  fs::remove(dir + "/made/model-q8_0.gguf");
+  ASSERT_TRUE(s.until([&] { return s.model("made").is_null(); })) << s.log();
+  EXPECT_FALSE(s.model("moved").is_null());
+  s.post_json("/v1/models/unload", {{"model", "moved"}});
+  s.expect_clean();
+  fs::remove_all(dir);
+}
+
 // The residue /v1/resources shows is the process's, not the answer's own:
 // with hundreds of models, the JSON that lists them is most of a MiB.
 TEST(ServeConfig, AFolderOfManyModelsLeavesNoResidueInTheAnswerThatListsThem) {

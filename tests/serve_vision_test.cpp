@@ -208,12 +208,20 @@ TEST(ServeVision, AModelsFolderGivesEachModelTheProjectorBesideIt) {
   fs::copy_file(seeing().model, dir / "beside.gguf");
   fs::copy_file(seeing().mmproj, dir / "mmproj-beside.gguf");
   fs::copy_file(spm(), dir / "plain.gguf");
+  fs::create_directories(dir / "late-folder");
+  fs::copy_file(seeing().model, dir / "late-folder" / "model-f16.gguf");
   Served s({"--models-dir", dir.string()}, false);
   std::vector<std::string> names;
   const json listed = s.get("/v1/models");
   for (const json& m : listed["data"]) names.push_back(m["id"]);
   std::sort(names.begin(), names.end());
-  EXPECT_EQ(names, (std::vector<std::string>{"beside", "eye-folder", "plain"})) << "a projector is no model\n" << listed.dump() << s.log();
+  EXPECT_EQ(names, (std::vector<std::string>{"beside", "eye-folder", "late-folder", "plain"}))
+      << "a projector is no model\n" << listed.dump() << s.log();
+  // A projector put into a model's folder while the server runs is that
+  // model's from then on, with no request or SIGHUP.
+  EXPECT_TRUE(s.model("late-folder")["mmproj"].is_null());
+  fs::copy_file(seeing().mmproj, dir / "late-folder" / "mmproj-model-f16.gguf");
+  ASSERT_TRUE(s.until([&] { return !s.model("late-folder")["mmproj"].is_null(); })) << s.log();
   EXPECT_EQ(s.model("eye-folder")["mmproj"], (dir / "eye-folder" / "mmproj-model-f16.gguf").string());
   EXPECT_EQ(s.model("beside")["mmproj"], (dir / "mmproj-beside.gguf").string());
   EXPECT_TRUE(s.model("plain")["mmproj"].is_null());

@@ -51,8 +51,8 @@ std::vector<ModelSpec> models_in_config(const std::string& file) {
   return out;
 }
 
-// When the folder's entries last changed (its mtime and ctime, in ns).
-std::string folder_stamp(const std::string& dir) {
+// When a folder's entries last changed (its mtime and ctime, in ns).
+std::string entries_stamp(const std::string& dir) {
   struct stat st {};
   if (dir.empty() || ::stat(dir.c_str(), &st) != 0) return "";
   return std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec) + "/" +
@@ -85,6 +85,20 @@ void read_folder(const std::string& dir, std::vector<std::string>& files, std::v
   ::closedir(d);
   std::sort(files.begin(), files.end());
   std::sort(folders.begin(), folders.end());
+}
+
+// When the folder's entries, or those of a model's folder in it, last
+// changed: a projector put beside a model in its folder changes that model.
+std::string folder_stamp(const std::string& dir) {
+  std::string stamp = entries_stamp(dir);
+  std::vector<std::string> files, folders;
+  try {
+    if (!stamp.empty()) read_folder(dir, files, folders);
+  } catch (const Error&) {
+    return stamp;
+  }
+  for (const std::string& f : folders) stamp += "|" + f + ":" + entries_stamp(dir + "/" + f);
+  return stamp;
 }
 
 // A folder of one model (llama-server's router layout): its one GGUF, or a

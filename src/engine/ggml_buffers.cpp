@@ -23,6 +23,7 @@
 
 #include "core/env_switch.h"
 #include "core/heap.h"
+#include "engine/ggml_buffers.h"
 
 extern "C" {
 void* __real_ggml_aligned_malloc(size_t size);
@@ -75,3 +76,5 @@ extern "C" void __wrap_ggml_aligned_free(void* ptr, size_t size) {
   ::munmap(ptr, len);
   reclaim::note_direct_mapping(-static_cast<int64_t>(len));
 }
+
+uint64_t reclaim::ggml_cpu_buffer_footprint(uint64_t size) { return ours(size) ? round_up(size) : size; }

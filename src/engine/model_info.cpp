@@ -12,6 +12,7 @@
 #include "core/usage.h"
 #include "engine/device_life.h"
 #include "engine/devices.h"
+#include "engine/ggml_buffers.h"
 #include "engine/placement.h"
 #include "engine/projector.h"
 #include "engine/llama_runtime.h"
@@ -113,9 +114,15 @@ MemoryEstimate estimate_memory(const ModelLoad& load, const llama_context_params
   }
   Defer free_ctx([ctx] { llama_free(ctx); });
   e.context_overhead = std::max<int64_t>(0, heap_in_use() - heap_before_ctx);
+  const bool mapped = load.mode == LoadMode::mmap || load.mode == LoadMode::mmap_mlock;
   for (const auto& [buft, mb] : llama_get_memory_breakdown(ctx)) {
     const std::string place = place_of(buft);
     const bool host = place == kHostMemory;
+    // A mapped model's weights in such a type are a copy besides the
+    // mapping, which the load's heap counts (and the ledger with it).
+    if (mapped && is_cpu_extra_buffer_type(buft)) {
+      e.model_overhead += static_cast<int64_t>(ggml_cpu_buffer_footprint(mb.model));
+    }
     (host ? e.model_host : e.model_device) += static_cast<int64_t>(mb.model);
     (host ? e.context_host : e.context_device) += static_cast<int64_t>(mb.context);
     (host ? e.compute_host : e.compute_device) += static_cast<int64_t>(mb.compute);

@@ -35,4 +35,10 @@ ContextPlacement placement_of(const llama_context* ctx);
 // buffers too), or the device's place name (engine/devices.h).
 std::string place_of(ggml_backend_buffer_type_t buft);
 
+// Whether the CPU backend keeps weights of this buffer type in memory of its
+// own even when the model's file is mapped: its extra types (AMX's, the
+// repacked layouts) copy the tensors they take out of the mapping in a
+// layout of their own.
+bool is_cpu_extra_buffer_type(ggml_backend_buffer_type_t buft);
+
 }  // namespace reclaim

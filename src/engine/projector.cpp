@@ -19,7 +19,6 @@ Projector::Projector(Model& model, const std::string& path)
   check_model_file(path);
   Scope::Slot slot = scope_.reserve(Kind::model, base_name(path));
   const mtmd_context_params p = projector_params(model.n_gpu_layers(), model.n_threads());
-  const bool on_device = p.use_gpu;
   const auto host_now = [] { return static_cast<int64_t>(heap_stats().in_use); };
   const int64_t host_before = host_now(), device_before = device_memory_used();
   take_llama_errors();

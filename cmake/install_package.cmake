@@ -46,6 +46,7 @@ endforeach()
 # engine (see the engine's target): its source and the headers it uses.
 install(FILES ${PROJECT_SOURCE_DIR}/src/engine/ggml_buffers.cpp DESTINATION share/reclaim)
 install(FILES ${PROJECT_SOURCE_DIR}/src/core/env_switch.h DESTINATION include/reclaim/core)
+install(FILES ${PROJECT_SOURCE_DIR}/src/engine/ggml_buffers.h DESTINATION include/reclaim/engine)
 
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/reclaimConfig.cmake.in
   ${CMAKE_CURRENT_BINARY_DIR}/reclaimConfig.cmake INSTALL_DESTINATION lib/cmake/reclaim)

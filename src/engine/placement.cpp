@@ -24,13 +24,16 @@ std::string place_of(ggml_backend_buffer_type_t buft) {
   return device_place(dev);
 }
 
-bool is_cpu_extra_buffer_type(ggml_backend_buffer_type_t buft) {
+ggml_backend_buffer_type_t* cpu_extra_buffer_types() {
   ggml_backend_dev_t cpu = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
-  if (!cpu || !buft) return false;
+  if (!cpu) return nullptr;
   auto extra = reinterpret_cast<ggml_backend_dev_get_extra_bufts_t>(
       ggml_backend_reg_get_proc_address(ggml_backend_dev_backend_reg(cpu), "ggml_backend_dev_get_extra_bufts"));
-  if (!extra) return false;
-  for (ggml_backend_buffer_type_t* t = extra(cpu); t && *t; ++t) {
+  return extra ? extra(cpu) : nullptr;
+}
+
+bool is_cpu_extra_buffer_type(ggml_backend_buffer_type_t buft) {
+  for (ggml_backend_buffer_type_t* t = cpu_extra_buffer_types(); buft && t && *t; ++t) {
     if (*t == buft) return true;
   }
   return false;

@@ -40,5 +40,8 @@ std::string place_of(ggml_backend_buffer_type_t buft);
 // repacked layouts) copy the tensors they take out of the mapping in a
 // layout of their own.
 bool is_cpu_extra_buffer_type(ggml_backend_buffer_type_t buft);
+// Those types, null-terminated (ggml's list, made at its first call and kept
+// until exit); null where the CPU backend offers none.
+ggml_backend_buffer_type_t* cpu_extra_buffer_types();
 
 }  // namespace reclaim

@@ -14,6 +14,7 @@
 
 #include "core/defer.h"
 #include "core/error.h"
+#include "engine/placement.h"
 
 namespace reclaim {
 
@@ -83,12 +84,6 @@ void warm_tokenizer_tables() {
   (void)llama_tokenize(llama_model_get_vocab(m), text, static_cast<int32_t>(std::strlen(text)), out, 256, true, true);
 }
 
-void warm_cpu_buffer_types() {
-  ggml_backend_dev_t cpu = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
-  if (!cpu) return;
-  auto extra = reinterpret_cast<ggml_backend_dev_get_extra_bufts_t>(
-      ggml_backend_reg_get_proc_address(ggml_backend_dev_backend_reg(cpu), "ggml_backend_dev_get_extra_bufts"));
-  if (extra) (void)extra(cpu);
-}
+void warm_cpu_buffer_types() { (void)cpu_extra_buffer_types(); }
 
 }  // namespace reclaim

@@ -52,15 +52,17 @@ json Server::with_default_model(json body) const {
   return body;
 }
 
-void Server::completions(const httplib::Request& req, httplib::Response& res) {
+void Server::openai_completion(const httplib::Request& req, httplib::Response& res, bool chat) {
   in_run([&](std::shared_ptr<RequestRun> run) {
     const json body = openai_body(req);
     complete(req, res,
-             {named_model(body), [&body](const json& defaults) { return parse_completion_request(body, false, defaults); },
+             {named_model(body), [&body, chat](const json& defaults) { return parse_completion_request(body, chat, defaults); },
               openai_answer},
              std::move(run));
   });
 }
+
+void Server::completions(const httplib::Request& req, httplib::Response& res) { openai_completion(req, res, false); }
 
 namespace {
 
@@ -134,14 +136,6 @@ void Server::infill(const httplib::Request& req, httplib::Response& res) {
   });
 }
 
-void Server::chat_completions(const httplib::Request& req, httplib::Response& res) {
-  in_run([&](std::shared_ptr<RequestRun> run) {
-    const json body = openai_body(req);
-    complete(req, res,
-             {named_model(body), [&body](const json& defaults) { return parse_completion_request(body, true, defaults); },
-              openai_answer},
-             std::move(run));
-  });
-}
+void Server::chat_completions(const httplib::Request& req, httplib::Response& res) { openai_completion(req, res, true); }
 
 }  // namespace reclaim::server

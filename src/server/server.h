@@ -147,12 +147,13 @@ class Server {
   void pin_model(const httplib::Request& req, httplib::Response& res);
   void unload_model(const httplib::Request& req, httplib::Response& res);
   void metrics(const httplib::Request& req, httplib::Response& res);
-  // OpenAI's requests (server/completion.cpp, server/embeddings.cpp).
+  // OpenAI's requests (server/completion_calls.cpp, server/embeddings.cpp).
   void completions(const httplib::Request& req, httplib::Response& res);
   // llama-server's /completion: its field names read into OpenAI's request.
   void native_completion(const httplib::Request& req, httplib::Response& res);
   void infill(const httplib::Request& req, httplib::Response& res);
   void chat_completions(const httplib::Request& req, httplib::Response& res);
+  void openai_completion(const httplib::Request& req, httplib::Response& res, bool chat);  // either of the two
   void embeddings(const httplib::Request& req, httplib::Response& res);
   // A chat rendered, nothing decoded (server/prompt_routes.cpp).
   void apply_template(const httplib::Request& req, httplib::Response& res);

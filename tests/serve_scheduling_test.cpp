@@ -4,6 +4,9 @@
 // that waits keeps its connection alive.
 #include <gtest/gtest.h>
 
+#include <poll.h>
+#include <signal.h>
+
 #include <future>
 
 #include "served.h"
@@ -127,6 +130,55 @@ TEST(ServeScheduling, ControlAnswersAtOnceAndCompletionsPastTheQueueAre429AtOnce
     ASSERT_TRUE(r);
     EXPECT_EQ(r->status, 200);
     EXPECT_NE(r->body.find("data: [DONE]"), std::string::npos);
+  }
+  s.expect_clean();
+}
+
+TEST(ServeScheduling, ABurstOfClientsIsTakenWhileTheServerIsOffTheCpu) {
+  // Stopped, the server accepts nothing: the kernel finishes a handshake only
+  // for a connection its listening backlog has room for, and drops the rest
+  // (they came in a second or more later, by retransmission). The burst is
+  // more than the client threads of the test above.
+  Served s({}, false);
+  constexpr int kBurst = 64;
+  ASSERT_EQ(::kill(s.pid(), SIGSTOP), 0);
+  struct Resume {
+    pid_t pid;
+    ~Resume() { ::kill(pid, SIGCONT); }
+  } resume{s.pid()};
+  std::vector<int> fds;
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(static_cast<uint16_t>(s.port()));
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  for (int i = 0; i < kBurst; ++i) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    ASSERT_GE(fd, 0);
+    fds.push_back(fd);
+    ASSERT_TRUE(::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) == 0 || errno == EINPROGRESS);
+  }
+  auto connected = [&] {
+    int n = 0;
+    for (const int fd : fds) {
+      pollfd p{fd, POLLOUT, 0};
+      int err = 1;
+      socklen_t len = sizeof err;
+      if (::poll(&p, 1, 0) == 1 && ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0) ++n;
+    }
+    return n;
+  };
+  EXPECT_TRUE(s.until([&] { return connected() == kBurst; }, 10)) << connected() << " of " << kBurst << " connected";
+  ::kill(s.pid(), SIGCONT);
+  // Each is then served.
+  const std::string ask = "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+  for (const int fd : fds) EXPECT_EQ(::send(fd, ask.data(), ask.size(), MSG_NOSIGNAL), static_cast<ssize_t>(ask.size()));
+  for (const int fd : fds) {
+    pollfd p{fd, POLLIN, 0};
+    ASSERT_EQ(::poll(&p, 1, 30000), 1);
+    char head[16] = {};
+    EXPECT_GT(::recv(fd, head, sizeof head - 1, 0), 0);
+    EXPECT_EQ(std::string(head).rfind("HTTP/1.1 200", 0), 0u) << head;
+    ::close(fd);
   }
   s.expect_clean();
 }

@@ -17,6 +17,16 @@ extern "C" int accept(int fd, sockaddr* addr, socklen_t* len) {
   return s;
 }
 
+// httplib 0.11 listens with a backlog of 5, built into Debian's library: a
+// burst of clients past six while the accepting thread is off the CPU had
+// their handshakes dropped and came in a second later, or three, or seven
+// (SYN retransmits). Measured with a stopped server: SIGSTOP, sixteen
+// connects, SIGCONT a moment later; ten of them answered after 1.03 s. The
+// kernel caps this at net.core.somaxconn.
+extern "C" int listen(int fd, int backlog) {
+  return static_cast<int>(::syscall(SYS_listen, fd, backlog < SOMAXCONN ? SOMAXCONN : backlog));
+}
+
 namespace reclaim::server {
 
 int take_accepted_socket() {

@@ -7,7 +7,8 @@
 // dribbles its request (slowloris), which httplib's per-read timeout never
 // does. accepted.cpp defines accept(2) for the process: the httplib library
 // binds to it before libc's, as it would to an LD_PRELOAD, and it records the
-// socket for the task queue, which runs on the thread that accepted it.
+// socket for the task queue, which runs on the thread that accepted it. It
+// defines listen(2) likewise, for a backlog that takes a burst of clients.
 #pragma once
 
 namespace reclaim::server {

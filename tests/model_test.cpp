@@ -91,6 +91,25 @@ TEST(Model, TheEstimateMatchesWhatTheLoadAndTheContextTake) {
   if (!reclaim::testing::sanitized()) EXPECT_GT(e.model_overhead, 0);
 }
 
+// Read into memory of its own, a model's tensors are its load's heap: they
+// count once on the ledger (they counted twice, once as tensors and once as
+// heap), and the estimate says what the ledger does.
+TEST(Model, ReadWithoutAMappingItsTensorsCountOnceAndAsEstimated) {
+  if (reclaim::testing::sanitized()) GTEST_SKIP() << "the sanitizer's heap is not measured";
+  ModelLoad load = load_of(small_model("spm"));
+  load.mode = LoadMode::none;
+  const MemoryEstimate e = estimate_memory(load, session_context_params(SessionOptions{}, 0, 1));
+  if (!e.exact) GTEST_SKIP() << "built without llama.cpp's llama-ext.h: the estimate is a formula";
+  Model m(load);
+  const auto measured = static_cast<double>(ledger_bytes(Kind::model));
+  const auto tensors = static_cast<double>(m.info().tensor_bytes);
+  EXPECT_NEAR(measured / static_cast<double>(e.model_host + e.model_overhead), 1.0, 0.1)
+      << "ledger " << measured << ", estimated " << e.model_host << " + " << e.model_overhead;
+  // The tensors, the vocab and the rounding of their buffers: under twice
+  // the tensors, where counting them twice is more.
+  EXPECT_LT(measured, 2 * tensors) << "tensors " << tensors;
+}
+
 // A batch that guesses takes a row of logits for each guessed token, beside
 // each sequence's own: the estimate counts them as the context does.
 TEST(Model, TheEstimateOfABatchThatGuessesCountsItsRowsOfLogits) {

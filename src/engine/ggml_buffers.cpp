@@ -16,6 +16,7 @@
 // reach its internal calls and nothing changes.
 #include <sys/mman.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -49,10 +50,11 @@ bool ours(size_t size) { return size >= kThreshold && enabled(); }
 
 size_t round_up(size_t n) { return (n + kHuge - 1) & ~(kHuge - 1); }
 
-}  // namespace
+// Bytes of the buffers live now, as ggml asked for them, whichever way each
+// was allocated.
+std::atomic<uint64_t> g_live{0};
 
-extern "C" void* __wrap_ggml_aligned_malloc(size_t size) {
-  if (!ours(size)) return __real_ggml_aligned_malloc(size);
+void* map_buffer(size_t size) {
   const size_t len = round_up(size);
   // One huge page more than needed, so that a 2 MiB-aligned start fits; the
   // ends are unmapped again.
@@ -69,12 +71,23 @@ extern "C" void* __wrap_ggml_aligned_malloc(size_t size) {
   return p;
 }
 
+}  // namespace
+
+extern "C" void* __wrap_ggml_aligned_malloc(size_t size) {
+  void* p = ours(size) ? map_buffer(size) : __real_ggml_aligned_malloc(size);
+  if (p) g_live.fetch_add(size, std::memory_order_relaxed);
+  return p;
+}
+
 extern "C" void __wrap_ggml_aligned_free(void* ptr, size_t size) {
-  if (!ours(size)) return __real_ggml_aligned_free(ptr, size);
   if (!ptr) return;
+  g_live.fetch_sub(size, std::memory_order_relaxed);
+  if (!ours(size)) return __real_ggml_aligned_free(ptr, size);
   const size_t len = round_up(size);
   ::munmap(ptr, len);
   reclaim::note_direct_mapping(-static_cast<int64_t>(len));
 }
+
+uint64_t reclaim::ggml_cpu_buffers_live() { return g_live.load(std::memory_order_relaxed); }
 
 uint64_t reclaim::ggml_cpu_buffer_footprint(uint64_t size) { return ours(size) ? round_up(size) : size; }

@@ -120,8 +120,13 @@ MemoryEstimate estimate_memory(const ModelLoad& load, const llama_context_params
     const bool host = place == kHostMemory;
     // A mapped model's weights in such a type are a copy besides the
     // mapping, which the load's heap counts (and the ledger with it).
+    // Without a mapping, the weights the CPU holds are that heap, and only
+    // its rounding (huge pages) is more than the tensors.
+    const bool cpu_heap = buft == ggml_backend_cpu_buffer_type() || is_cpu_extra_buffer_type(buft);
     if (mapped && is_cpu_extra_buffer_type(buft)) {
       e.model_overhead += static_cast<int64_t>(ggml_cpu_buffer_footprint(mb.model));
+    } else if (!mapped && cpu_heap) {
+      e.model_overhead += static_cast<int64_t>(ggml_cpu_buffer_footprint(mb.model) - mb.model);
     }
     (host ? e.model_host : e.model_device) += static_cast<int64_t>(mb.model);
     (host ? e.context_host : e.context_device) += static_cast<int64_t>(mb.context);

@@ -15,6 +15,7 @@
 #include "core/heap.h"
 #include "core/locked.h"
 #include "core/usage.h"
+#include "engine/ggml_buffers.h"
 #include "engine/llama_runtime.h"
 
 namespace reclaim {
@@ -115,8 +116,11 @@ ScopedRef<llama_model> load_model(Scope& scope, const ModelLoad& load, uint64_t*
   // its tensors: measured around the load, as a context's are. Process-wide,
   // so another thread's allocations at the same time count too.
   const auto heap_before = static_cast<int64_t>(heap_stats().in_use);
+  const uint64_t buffers_before = ggml_cpu_buffers_live();
   llama_model* model = load_in_arena(load.path, mp);
   const int64_t load_heap = std::max<int64_t>(0, static_cast<int64_t>(heap_stats().in_use) - heap_before);
+  const uint64_t buffers_after = ggml_cpu_buffers_live();
+  const uint64_t heap_tensors = buffers_after > buffers_before ? buffers_after - buffers_before : 0;
   if (!model) {
     std::string why = take_llama_errors();
     if (progress.aborted_at >= 0) {
@@ -134,7 +138,15 @@ ScopedRef<llama_model> load_model(Scope& scope, const ModelLoad& load, uint64_t*
     llama_model_free(model);
     throw;
   }
-  const uint64_t entry_bytes = llama_model_size(model) + static_cast<uint64_t>(load_heap);
+  // Without mmap, the tensors the load read into host memory are in its
+  // heap already: counted there, not twice. With it, the mapping keeps every
+  // tensor's bytes, those copied out into the CPU's repacked or AMX layouts
+  // too (llama.cpp unmaps only the file's ends that no mapped tensor uses):
+  // the copies count besides.
+  const bool mapped = load.mode == LoadMode::mmap || load.mode == LoadMode::mmap_mlock;
+  const uint64_t tensors = llama_model_size(model);
+  const uint64_t in_heap = mapped ? 0 : std::min(tensors, heap_tensors);
+  const uint64_t entry_bytes = tensors - in_heap + static_cast<uint64_t>(load_heap);
   CleanupId id = slot.arm(entry_bytes, [model, model_locks = std::move(model_locks)] {
     llama_model_free(model);
     unlock_remains(model_locks);

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "core/ledger.h"
@@ -126,6 +127,30 @@ TEST(Projector, AFileThatIsNoProjectorIsRefusedNamingIt) {
       },
       InvalidModelFile);
   EXPECT_EQ(Ledger::process().totals().count, before);
+}
+
+// mtmd's estimate quiets mtmd's log while it runs and then puts back the
+// callback it saw: two at once could put back the quiet one for good, and
+// every projector's error after that lost its reason.
+TEST(Projector, EstimatesAtOnceLeaveTheErrorsTheirReasons) {
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([] {
+      for (int i = 0; i < 8; ++i) {
+        MemoryEstimate e;
+        add_projector_estimate(e, small_projector("spm"), 0);
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  ModelLoad load = small_load("spm");
+  load.mmproj = small_projector("spm", 128);
+  try {
+    Model m(load);
+    FAIL() << "a 128-wide projector loaded beside a 64-wide model";
+  } catch (const InvalidModelFile& e) {
+    EXPECT_NE(std::string(e.what()).find("n_embd"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Projector, TheTestProjectorIsTheSameBytesForTheSameSpec) {

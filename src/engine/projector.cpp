@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <mutex>
 
 #include "core/heap.h"
 #include "core/usage.h"
@@ -14,6 +15,19 @@
 
 namespace reclaim {
 
+namespace {
+
+// mtmd's estimate swaps mtmd's log callback for a quiet one and back, on
+// state of mtmd's own without a lock: two at once could leave the quiet one
+// for good, and a projector loading meanwhile would log its errors to it.
+// Projectors load and are estimated one at a time.
+std::mutex& mtmd_setup_mutex() {
+  static std::mutex m;
+  return m;
+}
+
+}  // namespace
+
 Projector::Projector(Model& model, const std::string& path)
     : scope_(model.scope(), "mmproj", ScopeOptions{.release_heap_on_close = true}) {
   check_model_file(path);
@@ -21,6 +35,7 @@ Projector::Projector(Model& model, const std::string& path)
   const mtmd_context_params p = projector_params(model.n_gpu_layers(), model.n_threads());
   const auto host_now = [] { return static_cast<int64_t>(heap_stats().in_use); };
   const int64_t host_before = host_now(), device_before = device_memory_used();
+  std::unique_lock setup(mtmd_setup_mutex());
   take_llama_errors();
   mtmd_context* ctx = mtmd_init_from_file(path.c_str(), model.get(), p);
   if (!ctx) {
@@ -28,6 +43,7 @@ Projector::Projector(Model& model, const std::string& path)
     throw InvalidModelFile("projector '" + path + "' cannot be used with this model: " +
                            (why.empty() ? "llama.cpp's mtmd gave no reason" : why));
   }
+  setup.unlock();
   const auto host = static_cast<uint64_t>(std::max<int64_t>(0, host_now() - host_before));
   const auto device = static_cast<uint64_t>(std::max<int64_t>(0, device_memory_used() - device_before));
   bytes_ = host + device;
@@ -48,8 +64,10 @@ mtmd_context_params projector_params(int32_t n_gpu_layers, int32_t n_threads) {
 void add_projector_estimate(MemoryEstimate& e, const std::string& path, int32_t n_gpu_layers) {
   check_model_file(path);
   const mtmd_context_params p = projector_params(n_gpu_layers, 1);
+  std::unique_lock setup(mtmd_setup_mutex());
   take_llama_errors();
   const std::map<ggml_backend_dev_t, size_t> usage = mtmd_get_memory_usage(path.c_str(), p);
+  setup.unlock();
   if (usage.empty()) {
     const std::string why = take_llama_errors();
     throw InvalidModelFile("projector '" + path + "' cannot be read: " + (why.empty() ? "llama.cpp's mtmd gave no reason" : why));

@@ -10,6 +10,7 @@
 #include <mtmd.h>
 
 #include <cmath>
+#include <filesystem>
 #include <future>
 
 #include "batch_checks.h"
@@ -51,6 +52,12 @@ GenerateRequest image_request(const std::string& prompt, std::vector<std::string
 BatcherOptions batching(int n_seq) { return {n_seq, small_session(256)}; }
 
 bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+size_t thread_count() {
+  size_t n = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/task")) ++n;
+  return n;
+}
 
 std::string image_refusal(Model& m, const std::string& text, const std::vector<std::string>& files) {
   Scope request("request:image-prompt-test");
@@ -214,6 +221,40 @@ TEST(VisionBatch, ANextTurnReusesItsImagesCellsAndAnotherImageDoesNot) {
   EXPECT_LT(r3.timings.cached_tokens, image_end - 16 + 1) << "another image: only the text before it is reused";
   const GenerateResult again = batch.generate(image_request(next, {png(30, 30, 8)}));
   expect_as_alone(r3, again, "the other image's turn from its cache");
+}
+
+// A request stopped while the projector encodes its image stops the encode
+// there, as a decode stops: the encode ran to its end before (seconds on a
+// CPU for a large image of a real model), holding the batch's thread and any
+// unload meanwhile.
+TEST(VisionBatch, ARequestStoppedWhileItsImageEncodesStopsTheEncode) {
+  // An encode long enough to be seen running: a wide patch embedding over
+  // 2,304 patches.
+  TestProjectorSpec spec;
+  spec.n_embd_text = 64;
+  spec.image_size = 768;
+  spec.width = 8192;
+  const std::string mmproj = reclaim::testing::temp_path("slow-encode-mmproj.gguf");
+  make_test_projector(spec, mmproj);
+  ModelLoad load = small_load("spm");
+  load.mmproj = mmproj;
+  load.n_threads = 2;  // the encode's second thread is the sign that it runs
+  Model m(load);
+  Batcher& batch = m.start_batcher({1, small_session(2304 + 64)});
+  const uint64_t before = Ledger::process().totals().count;
+  // Besides the threads now, the request's own; then the encode's.
+  const size_t threads = thread_count() + 1;
+  CancelToken cancel;
+  GenerateRequest r = image_request(with_image("Picture: ", " end"), {png(64, 64, 5)}, 4);
+  r.cache_prompt = false;
+  auto done = std::async(std::launch::async, [&] { return batch.generate(r, {}, &cancel); });
+  EXPECT_TRUE(eventually([&] { return thread_count() > threads; })) << "the encode was never seen running";
+  cancel.cancel();
+  const GenerateResult got = done.get();
+  EXPECT_EQ(got.finish, FinishReason::cancelled);
+  EXPECT_EQ(batch.encodes_stopped(), 1u) << "the encode ran to its end";
+  EXPECT_TRUE(sequence_empty(batch, 0));
+  EXPECT_EQ(Ledger::process().totals().count, before);
 }
 
 TEST(VisionBatch, ARequestCancelledAfterItsImageOrRefusedLeavesNothing) {

@@ -96,6 +96,8 @@ class Batcher {
   uint64_t guesses() const { return guesses_.load(); }  // steps of a sequence with a guess
   uint64_t guessed() const { return guessed_.load(); }
   uint64_t guesses_kept() const { return kept_.load(); }
+  // Images whose encode a stop cut short (the request's, or the batch's).
+  uint64_t encodes_stopped() const { return encodes_stopped_.load(); }
   // Tokens whose cells the prompt cache keeps in sequence `seq`, and in all.
   size_t cached_tokens(int32_t seq) const;
   uint64_t cached_tokens() const;
@@ -165,7 +167,7 @@ class Batcher {
   std::vector<Job*> held_;
   std::vector<Job*> stepped_;  // the last step's jobs, swapped with in_batch_
   std::vector<Drafter::Ask> asks_;  // the step's guesses for the draft model, reserved
-  std::atomic<uint64_t> steps_{0}, tokens_{0}, busy_{0}, guesses_{0}, guessed_{0}, kept_{0};
+  std::atomic<uint64_t> steps_{0}, tokens_{0}, busy_{0}, guesses_{0}, guessed_{0}, kept_{0}, encodes_stopped_{0};
   // On the batch's scope, released before the context it decodes on (it
   // was armed after it); its stack goes with it (core/stack_thread.h).
   ScopedThread thread_;

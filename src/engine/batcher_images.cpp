@@ -66,6 +66,10 @@ void Batcher::feed_image(Job& j) {
     // the audit's serve-vision took 2-3x raw llama.cpp's with them spinning).
     // The next decode wakes them.
     if (ggml_threadpool* pool = model_.threadpool()) ggml_threadpool_pause(pool);
+    // The encode stops too: on a CPU a large image's takes seconds, which a
+    // client that left, or an unload, would otherwise wait for.
+    mtmd_set_abort_callback(mtmd, abort_poll, this);
+    Defer unhook([mtmd] { mtmd_set_abort_callback(mtmd, nullptr, nullptr); });
     take_llama_errors();
     float* embd = nullptr;
     if (mtmd_batch_add_chunk(encoded, image.chunk) == 0 && mtmd_batch_encode(encoded) == 0) {
@@ -73,6 +77,10 @@ void Batcher::feed_image(Job& j) {
     }
     if (!embd) {
       const std::string why = take_llama_errors();
+      if (abort_poll(this)) {  // stopped: the next turn retires it
+        encodes_stopped_.fetch_add(1);
+        return;
+      }
       throw Error("the projector could not encode image " + std::to_string(j.next_image + 1) +
                   (why.empty() ? "" : ": " + why));
     }

@@ -133,12 +133,15 @@ TEST(Projector, AFileThatIsNoProjectorIsRefusedNamingIt) {
 // callback it saw: two at once could put back the quiet one for good, and
 // every projector's error after that lost its reason.
 TEST(Projector, EstimatesAtOnceLeaveTheErrorsTheirReasons) {
+  // Written before the threads start: small_projector writes it once, on
+  // the thread that asks first.
+  const std::string projector = small_projector("spm");
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {
-    threads.emplace_back([] {
+    threads.emplace_back([&projector] {
       for (int i = 0; i < 8; ++i) {
         MemoryEstimate e;
-        add_projector_estimate(e, small_projector("spm"), 0);
+        add_projector_estimate(e, projector, 0);
       }
     });
   }

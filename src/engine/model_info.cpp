@@ -114,7 +114,7 @@ MemoryEstimate estimate_memory(const ModelLoad& load, const llama_context_params
   }
   Defer free_ctx([ctx] { llama_free(ctx); });
   e.context_overhead = std::max<int64_t>(0, heap_in_use() - heap_before_ctx);
-  const bool mapped = load.mode == LoadMode::mmap || load.mode == LoadMode::mmap_mlock;
+  const bool mapped = maps_file(load.mode);
   for (const auto& [buft, mb] : llama_get_memory_breakdown(ctx)) {
     const std::string place = place_of(buft);
     const bool host = place == kHostMemory;

@@ -143,9 +143,8 @@ ScopedRef<llama_model> load_model(Scope& scope, const ModelLoad& load, uint64_t*
   // tensor's bytes, those copied out into the CPU's repacked or AMX layouts
   // too (llama.cpp unmaps only the file's ends that no mapped tensor uses):
   // the copies count besides.
-  const bool mapped = load.mode == LoadMode::mmap || load.mode == LoadMode::mmap_mlock;
   const uint64_t tensors = llama_model_size(model);
-  const uint64_t in_heap = mapped ? 0 : std::min(tensors, heap_tensors);
+  const uint64_t in_heap = maps_file(load.mode) ? 0 : std::min(tensors, heap_tensors);
   const uint64_t entry_bytes = tensors - in_heap + static_cast<uint64_t>(load_heap);
   CleanupId id = slot.arm(entry_bytes, [model, model_locks = std::move(model_locks)] {
     llama_model_free(model);

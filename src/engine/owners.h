@@ -46,6 +46,8 @@ class ScopedRef {
 enum class LoadMode { mmap, none, mlock, mmap_mlock };
 LoadMode load_mode_from_name(const std::string& name);  // throws Error
 const char* load_mode_name(LoadMode mode);
+// Whether the weights stay in a mapping of the file (mmap, mmap-mlock).
+inline bool maps_file(LoadMode mode) { return mode == LoadMode::mmap || mode == LoadMode::mmap_mlock; }
 
 struct ModelLoad {
   std::string path;

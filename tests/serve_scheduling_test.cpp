@@ -242,12 +242,16 @@ TEST(ServeScheduling, AClientThatLeavesIsNoticedRunningOrWaitingStreamedOrNot) {
 }
 
 TEST(ServeScheduling, AStreamWhoseWaitFailsEndsWithAnErrorEventAndDone) {
-  // Started after 100 ms of waiting (--stream-hold), the stream carries the
-  // wait's failure as its last event.
+  // Started after 500 ms of waiting (--stream-hold), the stream carries the
+  // wait's failure as its last event. Its wait before the start and its wait
+  // after are one: counted once, and --queue-timeout runs from its start
+  // (were it counted from the stream's start, the wait would be 1.5 s).
   Served s({"--threads", "1", "--ctx", busy_ctx(), "--max-loaded", "1", "--parallel", "1", "--unload-timeout", "10m",
-            "--queue-timeout", "1s", "--stream-hold", "100ms"});
+            "--queue-timeout", "1s", "--stream-hold", "500ms"});
   auto busy = post_async(s.port(), "/v1/chat/completions", long_chat());
   ASSERT_TRUE(s.until([&] { return s.model("bpe")["in_flight"] == 1; }));
+  auto m0 = s.http().Get("/metrics");  // the busy request waited for bpe's load
+  ASSERT_TRUE(m0);
   RawClient c(s.port());
   ASSERT_TRUE(c.post("/v1/completions", spm_completion(4, true).dump()));
   ASSERT_TRUE(c.read_until("data: [DONE]", 30)) << c.received();
@@ -256,6 +260,13 @@ TEST(ServeScheduling, AStreamWhoseWaitFailsEndsWithAnErrorEventAndDone) {
   EXPECT_NE(got.find("\"code\":\"queue_timeout\""), std::string::npos) << got;
   EXPECT_LT(got.find("queue_timeout"), got.find("data: [DONE]"));
   c.close();
+  auto m = s.http().Get("/metrics");
+  ASSERT_TRUE(m);
+  auto more = [&](const char* sample) { return metric(m->body, sample) - metric(m0->body, sample); };
+  EXPECT_EQ(more("reclaim_queue_wait_seconds_count"), 1) << m->body;
+  EXPECT_GE(more("reclaim_queue_wait_seconds_sum"), 1.0) << m->body;
+  EXPECT_LT(more("reclaim_queue_wait_seconds_sum"), 1.45) << m->body;
+  EXPECT_EQ(more("reclaim_queue_timeouts_total"), 1) << m->body;
   auto b = busy.get();
   ASSERT_TRUE(b);
   EXPECT_EQ(b->status, 200);

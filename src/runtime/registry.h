@@ -62,6 +62,16 @@ namespace reclaim {
 
 
 // How a request waits in acquire() or load().
+// What one request's waits share. Its ticket in its model's line for a
+// running slot keeps its place (0: none yet); its model's place in the line
+// for room is kept as long as another request waits with it (a request alone
+// there joins the line again at its end). When it began waiting: its waits
+// count as one wait from then, and --queue-timeout runs from then.
+struct WaitKept {
+  uint64_t slot_ticket = 0;
+  std::chrono::steady_clock::time_point began{};  // epoch: not waited yet
+};
+
 struct Wait {
   // Polled at least every `poll` while waiting, without the registry's lock
   // (it may write a keep-alive to its client); false: the client is gone and
@@ -74,12 +84,9 @@ struct Wait {
   // Past it, acquire() gives up as no_wait does (an empty lease), out of the
   // line, unless this thread is loading the model (a load is not cut short).
   std::chrono::steady_clock::time_point give_up = std::chrono::steady_clock::time_point::max();
-  // The request's ticket in its model's line for a running slot, kept here
-  // when it gives up and taken again by its next wait, so that it keeps its
-  // place (0: none yet). Its model's place in the line for room is kept as
-  // long as another request waits with it; a request alone there joins the
-  // line again at its end.
-  uint64_t* slot_ticket = nullptr;
+  // What a request that gives up keeps for its next wait (a stream that
+  // starts past --stream-hold waits on), so that its waits are one.
+  WaitKept* kept = nullptr;
 };
 
 // Counts of the scheduler since the start, for /metrics.

@@ -21,7 +21,7 @@ bool RequestRun::hold_until(const std::string& model, std::optional<Millis> keep
     return !client_gone();
   };
   w.give_up = until;
-  w.slot_ticket = &slot_ticket_;
+  w.kept = &kept_;
   try {
     lease_ = registry_.acquire(model, keep_alive, w);
   } catch (const ClientGone&) {

@@ -113,7 +113,7 @@ class RequestRun {
   Registry& registry_;
   RequestCounts& counts_;
   std::function<bool()> client_here_;
-  uint64_t slot_ticket_ = 0;  // its place in its model's line for a slot, between waits
+  WaitKept kept_;  // between its waits
   Lease lease_;
   CancelToken cancel_;
   RunEnd end_ = RunEnd::none;

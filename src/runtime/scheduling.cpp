@@ -14,21 +14,29 @@ namespace reclaim {
 
 // One request's wait in admit_locked: its count among those queued for the
 // model, its ticket in the model's line for a running slot and its model's
-// place in the line for room, each given back however the wait ends.
+// place in the line for room, each given back however the wait ends. A wait
+// that gives up (Wait::give_up) leaves its ticket and its start to the
+// request's next one, which is counted for both.
 class Registry::Waiter {
  public:
   Waiter(Registry& r, Entry& e, const Wait& wait)
-      : r_(r), e_(e), wait_(wait), t0_(Steady::now()), deadline_(t0_ + r.options_.queue_timeout) {}
+      : r_(r), e_(e), wait_(wait), t0_(began(wait)), deadline_(t0_ + r.options_.queue_timeout),
+        resumed_(wait.kept && wait.kept->began != Steady::time_point{}) {}
   ~Waiter() {
     drop_turn();
     leave_slot_line();
     if (waiting_) {
       --e_.queued;
       --r_.sched_.waiting;
+    }
+    if (gave_up_) {
+      if (waiting_) wait_.kept->began = t0_;
+    } else if (waiting_ || resumed_) {
       ++r_.sched_.waits;
       const double waited = std::chrono::duration<double>(Steady::now() - t0_).count();
       r_.sched_.wait_seconds += waited;
       r_.waits_.observe(waited);
+      if (wait_.kept) wait_.kept->began = Steady::time_point{};
     }
     r_.cv_.notify_all();
     if (e_.retired) r_.reaper_cv_.notify_all();  // it may be dropped now
@@ -68,14 +76,17 @@ class Registry::Waiter {
   }
   void line_up_for_slot() {
     if (slot_ticket_ != 0) return;
-    const bool kept = wait_.slot_ticket && *wait_.slot_ticket != 0;
-    slot_ticket_ = kept ? *wait_.slot_ticket : r_.line_.next_ticket();
+    const bool kept = wait_.kept && wait_.kept->slot_ticket != 0;
+    slot_ticket_ = kept ? wait_.kept->slot_ticket : r_.line_.next_ticket();
     // Tickets rise, so a new one goes last and a kept one back where it was.
     e_.slot_line.insert(std::upper_bound(e_.slot_line.begin(), e_.slot_line.end(), slot_ticket_), slot_ticket_);
   }
-  // Giving up (Wait::give_up): the ticket goes with the request.
-  void keep_ticket() {
-    if (wait_.slot_ticket && slot_ticket_ != 0) *wait_.slot_ticket = slot_ticket_;
+  // Giving up (Wait::give_up): the ticket and the wait's start go with the
+  // request, where it keeps them.
+  void give_up() {
+    if (!wait_.kept) return;
+    gave_up_ = true;
+    if (slot_ticket_ != 0) wait_.kept->slot_ticket = slot_ticket_;
   }
   // Out of the slot line, for a request that no longer waits for a slot.
   void leave_slot_line() {
@@ -113,7 +124,7 @@ class Registry::Waiter {
   // time to give up has come.
   bool pause(std::unique_lock<std::mutex>& lock) {
     if (Steady::now() >= wait_.give_up) {
-      keep_ticket();
+      give_up();
       return false;
     }
     r_.cv_.wait_until(lock, std::min({deadline_, wait_.give_up, Steady::now() + wait_.poll}));
@@ -140,8 +151,13 @@ class Registry::Waiter {
   Registry& r_;
   Entry& e_;
   const Wait& wait_;
+  static Steady::time_point began(const Wait& wait) {
+    return wait.kept && wait.kept->began != Steady::time_point{} ? wait.kept->began : Steady::now();
+  }
   const Steady::time_point t0_, deadline_;
+  const bool resumed_;       // an earlier wait of the request gave up
   bool waiting_ = false;     // counted in e.queued
+  bool gave_up_ = false;     // its start kept for the request's next wait
   uint64_t slot_ticket_ = 0; // place in e's slot line
   uint64_t turn_id_ = 0;     // e's place in the line for room, joined
 };

@@ -659,6 +659,15 @@ TEST(ServeCompat, AResumableStreamStoppedWhileItRunsEndsAtOnceAndLeavesNothing) 
   ASSERT_TRUE(s.until([&] { return s.model("bpe")["in_flight"] == 1; }));
   EXPECT_EQ(metric(metrics(), "reclaim_resumable_streams"), 1);
   EXPECT_GT(metric(metrics(), "reclaim_resumable_stream_bytes"), 0);
+  // Its bytes are on the ledger, as long as it is kept.
+  auto session_on_ledger = [&] {
+    const json r = s.get("/v1/resources");
+    for (const json& e : r["ledger"]["entries"]) {
+      if (e["label"] == "resumable stream 'endless'" && e["kind"] == "buffer" && e["bytes"].get<int64_t>() > 0) return true;
+    }
+    return false;
+  };
+  EXPECT_TRUE(s.until(session_on_ledger)) << s.get("/v1/resources")["ledger"]["entries"].dump();
   auto stop = s.http().Delete("/v1/stream?conv_id=endless");
   ASSERT_TRUE(stop);
   EXPECT_EQ(stop->status, 204);
@@ -667,6 +676,7 @@ TEST(ServeCompat, AResumableStreamStoppedWhileItRunsEndsAtOnceAndLeavesNothing) 
   EXPECT_EQ(metric(m, "reclaim_requests_total{outcome=\"client_gone\"}"), 1) << m;
   EXPECT_EQ(metric(m, "reclaim_resumable_streams"), 0);
   EXPECT_EQ(metric(m, "reclaim_resumable_stream_bytes"), 0);
+  EXPECT_FALSE(session_on_ledger());
   expect_error(s.http().Get("/v1/stream?conv_id=endless&from=0"), 404, "no stream of conversation");
   s.expect_clean();
 }

@@ -58,8 +58,8 @@ void Server::stream_resume(const httplib::Request& req, httplib::Response& res) 
   }
   if (from + s->kept() < s->total()) {
     throw ApiException(ApiError{410, "invalid_request_error", "stream_offset_lost",
-                                "byte " + std::to_string(from) + " is no longer kept: a stream keeps its last " +
-                                    std::to_string(StreamSessions::kMaxBytes) + " bytes, from byte " +
+                                "byte " + std::to_string(from) + " is no longer kept: a stream keeps at least its last " +
+                                    std::to_string(StreamSessions::kKeptBytes) + " bytes, now from byte " +
                                     std::to_string(s->total() - s->kept()),
                                 0});
   }

@@ -12,21 +12,46 @@ int64_t unix_now() {
 
 }  // namespace
 
-StreamSession::StreamSession(std::string id) : id_(std::move(id)), started_at_(unix_now()) {}
+StreamSession::StreamSession(std::string id, Scope& scope)
+    : id_(std::move(id)),
+      started_at_(unix_now()),
+      scope_(scope),
+      // The bytes are the session's own, freed with it: the entry only
+      // shows them (the scope closing first has nothing to free).
+      entry_(scope.add(Kind::buffer, "resumable stream '" + id_ + "'", 0, [] {})) {}
+
+StreamSession::~StreamSession() { scope_.release(entry_); }
 
 void StreamSession::append(std::string_view data) {
   if (data.empty()) return;
   {
     std::lock_guard lock(mu_);
     if (done_) return;
-    bytes_.append(data);
-    if (bytes_.size() > StreamSessions::kMaxBytes) {
-      const size_t drop = bytes_.size() - StreamSessions::kMaxBytes;
-      bytes_.erase(0, drop);
+    if (bytes_.size() + data.size() > StreamSessions::kMaxBytes) {
+      // Past the most kept: the oldest bytes go down to kKeptBytes, so that
+      // the rest moves once a megabyte rather than at every chunk.
+      const size_t drop = bytes_.size() + data.size() - StreamSessions::kKeptBytes;
+      const size_t from_kept = std::min(drop, bytes_.size());
+      bytes_.erase(bytes_.begin(), bytes_.begin() + static_cast<std::ptrdiff_t>(from_kept));
+      data.remove_prefix(drop - from_kept);
       dropped_ += drop;
     }
+    // Grown by doubling up to kMaxBytes and no further (a vector's reserve
+    // takes what it is asked, where a string's doubles at least).
+    if (bytes_.size() + data.size() > bytes_.capacity()) {
+      bytes_.reserve(std::min(StreamSessions::kMaxBytes, std::max(bytes_.size() + data.size(), 2 * bytes_.capacity())));
+    }
+    bytes_.insert(bytes_.end(), data.begin(), data.end());
+    account_locked();
   }
   cv_.notify_all();
+}
+
+void StreamSession::account_locked() {
+  const size_t heap = bytes_.capacity();
+  if (heap == accounted_) return;
+  scope_.resize(entry_, heap);
+  accounted_ = heap;
 }
 
 void StreamSession::finish() {
@@ -50,7 +75,7 @@ StreamSession::Read StreamSession::read(size_t& offset, std::string& out, std::c
   if (offset < dropped_) return Read::lost;
   const size_t end = dropped_ + bytes_.size();
   if (offset < end) {
-    out.append(bytes_, offset - dropped_, end - offset);
+    out.append(bytes_.data() + (offset - dropped_), end - offset);
     offset = end;
   }
   return done_ ? Read::done : Read::more;
@@ -81,7 +106,7 @@ int64_t StreamSession::finished_at() const {
   return finished_at_;
 }
 
-StreamSessions::StreamSessions(Scope& scope) {
+StreamSessions::StreamSessions(Scope& scope) : scope_(scope) {
   expiry_.start(scope, "stream sessions' expiry", [this] { expire(); }, [this] {
     {
       std::lock_guard lock(mu_);
@@ -144,7 +169,7 @@ std::shared_ptr<StreamSession> StreamSessions::open(const std::string& id) {
     if (oldest == sessions_.end()) return nullptr;
     sessions_.erase(oldest);
   }
-  auto s = std::make_shared<StreamSession>(id);
+  auto s = std::make_shared<StreamSession>(id, scope_);
   sessions_.emplace(id, s);
   return s;
 }

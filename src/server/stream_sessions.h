@@ -6,12 +6,14 @@
 // DELETE /v1/stream?conv_id=ID stops it and forgets it; POST
 // /v1/streams/lookup says which of the ids a client names have one.
 //
-// Bounded: a session keeps the last kMaxBytes of its stream (a reader
-// behind them gets 410); at most kMaxSessions are kept (a new one takes the
-// place of the oldest finished one; with all of them still running, a new
-// one is a 429); a finished one goes kTtl after it finished, so that an
-// idle server holds none: a thread of the server's, on the ledger, sleeps
-// until the next one is due.
+// Bounded: a session keeps at least the last kKeptBytes of its stream and
+// at most kMaxBytes (a reader behind them gets 410; the front is dropped a
+// quarter at a time, not at each chunk); at most kMaxSessions are kept (a
+// new one takes the place of the oldest finished one; with all of them
+// still running, a new one is a 429); a finished one goes kTtl after it
+// finished, so that an idle server holds none: a thread of the server's, on
+// the ledger, sleeps until the next one is due. Each session is an entry on
+// the ledger, of the heap its bytes take, from its opening to its end.
 #pragma once
 
 #include <atomic>
@@ -32,7 +34,11 @@ namespace reclaim::server {
 
 class StreamSession {
  public:
-  explicit StreamSession(std::string id);
+  // On the ledger under `scope`, which must outlive it (or close first).
+  StreamSession(std::string id, Scope& scope);
+  ~StreamSession();
+  StreamSession(const StreamSession&) = delete;
+  StreamSession& operator=(const StreamSession&) = delete;
   const std::string& id() const { return id_; }
 
   void append(std::string_view data);
@@ -54,11 +60,16 @@ class StreamSession {
   int64_t finished_at() const;  // unix seconds; 0 while it runs
 
  private:
+  void account_locked();  // the ledger's entry follows the bytes' heap
+
   const std::string id_;
   const int64_t started_at_;
+  Scope& scope_;
+  const CleanupId entry_;
+  size_t accounted_ = 0;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::string bytes_;
+  std::vector<char> bytes_;
   size_t dropped_ = 0;  // bytes dropped from the front
   bool done_ = false;
   int64_t finished_at_ = 0;
@@ -71,6 +82,7 @@ class StreamSessions {
   ~StreamSessions();
   static constexpr size_t kMaxSessions = 64;
   static constexpr size_t kMaxBytes = size_t{4} << 20;
+  static constexpr size_t kKeptBytes = kMaxBytes / 4 * 3;
   static constexpr std::chrono::seconds kTtl{300};
 
   // A new session for `id`, in place of any it had (cancelled). Null when
@@ -93,6 +105,7 @@ class StreamSessions {
   mutable std::mutex mu_;
   std::condition_variable cv_;  // a session finished, or the server stops
   bool stopping_ = false;
+  Scope& scope_;  // the sessions' ledger entries'
   std::map<std::string, std::shared_ptr<StreamSession>> sessions_;
   ScopedThread expiry_;  // last: joined before the rest goes
 };

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -324,6 +325,117 @@ TEST(BadInput, HostileGrammarsAndSchemasAreRefusedByNameAtOnce) {
     EXPECT_LT(seconds, 10) << c.name;
   }
   good();
+  s.expect_clean();
+}
+
+// Fields whose size or spelling would cost the server memory or its decode
+// thread's time out of proportion to the body, and fields of the wrong type
+// deep in a message: each a 400 naming the field.
+TEST(BadInput, FieldsThatWouldCostOutOfProportionOrHaveTheWrongTypeAreNamed) {
+  Served s;
+  struct Case {
+    std::string name, path;
+    json body;
+    std::string param, says;
+  };
+  const json user = json::array({{{"role", "user"}, {"content", "hi"}}});
+  const json chat = {{"model", "bpe"}, {"messages", user}, {"max_tokens", 2}};
+  const json message = {{"model", "bpe"}, {"max_tokens", 2}, {"messages", user}};
+  const json response = {{"model", "bpe"}, {"max_output_tokens", 2}, {"input", "hi"}};
+  const json ollama = {{"model", "bpe"}, {"messages", user}, {"stream", false}, {"options", {{"num_predict", 2}}}};
+  auto with = [](json j, const json& more) {
+    j.update(more);
+    return j;
+  };
+  json many_inputs = json::array();
+  for (int i = 0; i < 2049; ++i) many_inputs.push_back("x");
+  json many_stops = json::array();
+  for (int i = 0; i < 17; ++i) many_stops.push_back("stop" + std::to_string(i));
+  std::string many_tokens;
+  for (int i = 0; i < (1 << 20) + 8; ++i) many_tokens += " a";
+  const std::vector<Case> cases = {
+      {"embeddings of 2,049 inputs", "/v1/embeddings", {{"model", "bpe"}, {"input", many_inputs}}, "input", "2049 inputs"},
+      {"Ollama's embeddings of 2,049 inputs", "/api/embed", {{"model", "bpe"}, {"input", many_inputs}}, "input", "2049 inputs"},
+      {"17 Ollama stops", "/api/chat", with(ollama, {{"options", {{"stop", many_stops}}}}), "options.stop", "17 stop strings"},
+      {"an Ollama stop of 257 bytes", "/api/chat", with(ollama, {{"options", {{"stop", {std::string(257, 's')}}}}}),
+       "options.stop", "257 bytes"},
+      {"a stop of 257 bytes", "/v1/chat/completions", with(chat, {{"stop", std::string(257, 's')}}), "stop", "257 bytes"},
+      {"n of 2 on llama-server's /completion", "/completion", {{"model", "bpe"}, {"prompt", "x"}, {"n", 2}}, "n",
+       "lists of choices"},
+      {"a logit bias of token 01", "/v1/chat/completions", with(chat, {{"logit_bias", {{"01", 5}}}}), "logit_bias", "'01'"},
+      {"a logit bias of token +1", "/v1/chat/completions", with(chat, {{"logit_bias", {{"+1", 5}}}}), "logit_bias", "'+1'"},
+      {"repeat_last_n -2", "/v1/chat/completions", with(chat, {{"repeat_last_n", -2}}), "repeat_last_n", "-1 (the whole context)"},
+      {"tokenize 1,048,584 tokens", "/tokenize", {{"model", "bpe"}, {"content", many_tokens}}, "content", "more than the limit"},
+      {"a tool of type 1", "/v1/chat/completions", with(chat, {{"tools", {{{"type", 1}, {"function", {{"name", "f"}}}}}}}),
+       "tools[0].type", "must be a string"},
+      {"a tool choice of type 1", "/v1/chat/completions", with(chat, {{"tool_choice", {{"type", 1}, {"function", {{"name", "f"}}}}}}),
+       "tool_choice.type", "must be a string"},
+      {"an Anthropic role 1", "/v1/messages", with(message, {{"messages", {{{"role", 1}, {"content", "hi"}}}}}),
+       "messages[0].role", "must be a string"},
+      {"an Anthropic tool of type 1", "/v1/messages", with(message, {{"tools", {{{"type", 1}, {"name", "f"}}}}}), "tools[0].type",
+       "must be a string"},
+      {"a Responses role 1", "/v1/responses", with(response, {{"input", {{{"role", 1}, {"content", "x"}}}}}), "input[0].role",
+       "must be a string"},
+      {"a Responses part of type 1", "/v1/responses",
+       with(response, {{"input", {{{"role", "user"}, {"content", {{{"type", 1}, {"text", "x"}}}}}}}}), "input[0].content[0].type",
+       "must be a string"},
+      {"a Responses tool of type 1", "/v1/responses", with(response, {{"tools", {{{"type", 1}}}}}), "tools[0].type",
+       "must be a string"},
+      {"a Responses format of type 1", "/v1/responses", with(response, {{"text", {{"format", {{"type", 1}}}}}}), "text.format.type",
+       "must be a string"},
+      {"a Responses schema named 1", "/v1/responses",
+       with(response, {{"text", {{"format", {{"type", "json_schema"}, {"name", 1}, {"schema", json::object()}}}}}}),
+       "text.format.name", "must be a string"},
+      {"an Ollama tool call of id 5", "/api/chat",
+       with(ollama, {{"messages", {{{"role", "assistant"}, {"content", ""}, {"tool_calls", {{{"id", 5}, {"function", {{"name", "f"}}}}}}}}}}),
+       "messages[0].tool_calls[0].id", "must be a string"},
+  };
+  for (const Case& c : cases) {
+    auto r = s.post(c.path, c.body);
+    ASSERT_TRUE(r) << c.name;
+    EXPECT_EQ(r->status, 400) << c.name << ": " << r->body;
+    const json j = json::parse(r->body, nullptr, false);
+    const std::string text = j.dump();
+    // OpenAI's shape names the field in `param`; Ollama's and Anthropic's
+    // in the message.
+    if (j.is_object() && j["error"].is_object() && j["error"].contains("param")) EXPECT_EQ(j["error"]["param"], c.param) << c.name;
+    EXPECT_NE(text.find(c.param), std::string::npos) << c.name << ": " << r->body;
+    EXPECT_NE(text.find(c.says), std::string::npos) << c.name << ": " << r->body;
+  }
+  // A stream's byte past what it sent, and one past any size.
+  s.http().Post("/v1/chat/completions", {{"X-Conversation-Id", "c1"}}, with(chat, {{"stream", true}}).dump(), "application/json");
+  for (const char* from : {"100000000", "18446744073709551615"}) {
+    expect_error(s.http().Get(std::string("/v1/stream?conv_id=c1&from=") + from), 400, "past the");
+  }
+  (void)s.http().Delete("/v1/stream?conv_id=c1");
+  s.expect_clean();
+}
+
+// A repeat penalty's window is a buffer of its length: one longer than the
+// context is the context (as -1 is, llama.cpp's "the context"), not the 8 GiB
+// that INT32_MAX tokens would take.
+TEST(BadInput, APenaltyWindowLongerThanTheContextIsTheContext) {
+  Served s;
+  for (const json& n : {json(2147483647), json(-1)}) {
+    json body = chat(2);
+    body["repeat_last_n"] = n;
+    body["presence_penalty"] = 0.5;
+    auto r = s.post("/v1/chat/completions", body);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200) << r->body;
+  }
+  auto o = s.post("/api/chat", {{"model", "bpe"}, {"messages", json::array({{{"role", "user"}, {"content", "hi"}}})},
+                                {"stream", false}, {"options", {{"num_predict", 2}, {"repeat_last_n", 2147483647}}}});
+  ASSERT_TRUE(o);
+  EXPECT_EQ(o->status, 200) << o->body;
+  // The most the server's memory ever held, from outside: far below 8 GiB.
+  std::ifstream status("/proc/" + std::to_string(s.pid()) + "/status");
+  int64_t peak_kib = 0;
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("VmHWM:", 0) == 0) peak_kib = std::stoll(line.substr(6));
+  }
+  EXPECT_GT(peak_kib, 0);
+  EXPECT_LT(peak_kib, int64_t{1} << 20) << "the server's peak RSS, KiB";
   s.expect_clean();
 }
 

@@ -179,7 +179,7 @@ GenerateResult Batcher::generate(const GenerateRequest& req, const GenerateHooks
     // the prompt cache's prefixes count in.
     if (!images->positions_are_indices()) job.cache_prompt = false;
   }
-  Generation gen(request, model_.vocab(), req, job.prompt, r);
+  Generation gen(request, model_.vocab(), req, job.prompt, n_ctx_seq_, r);
   gen.stop_when([&job] { return job.stopped(); });
   job.gen = &gen;
   job.result = &r;

@@ -32,6 +32,10 @@ enum llama_pooling_type embedding_pooling(const Model& model);
 std::optional<enum llama_pooling_type> pooling_from_name(const std::string& name);
 inline constexpr const char* kPoolingNames = "none, mean, cls, last or rank";
 
+// Inputs of one request at most (OpenAI's limit): each is decoded and its
+// vector kept, and written out, until the request ends.
+inline constexpr size_t kMaxEmbedInputs = 2048;
+
 // Each input decoded whole, in a context of its own made for `pooling`, and
 // its pooled output (n_embd floats, or the classifier's labels under rank
 // pooling) handed to `take` with the input's index. Checks the inputs first

@@ -96,7 +96,7 @@ GenerateResult generate(Session& s, const GenerateRequest& req, const GenerateHo
   GenerateResult r;
   const std::vector<llama_token> prompt = prompt_tokens(vocab, req, s.n_ctx());
   const auto n_prompt = static_cast<int32_t>(prompt.size());
-  Generation gen(s.scope(), vocab, req, prompt, r);
+  Generation gen(s.scope(), vocab, req, prompt, s.n_ctx(), r);
   gen.stop_when([&s] { return s.cancelled(); });
 
   // Marks every cell free; the buffers need no zeroing (llama-bench does the same).

@@ -17,7 +17,7 @@ std::vector<llama_token> prompt_tokens(const llama_vocab* vocab, const GenerateR
 }
 
 Generation::Generation(Scope& scope, const llama_vocab* vocab, const GenerateRequest& req,
-                       const std::vector<llama_token>& prompt, GenerateResult& result)
+                       const std::vector<llama_token>& prompt, int32_t n_ctx, GenerateResult& result)
     : vocab_(vocab), n_vocab_(llama_vocab_n_tokens(vocab)), max_tokens_(req.max_tokens), result_(result),
       grammar_token_time_(req.grammar_token_time), stream_(req.stop) {
   result_.timings.prompt_tokens = static_cast<int32_t>(prompt.size());
@@ -30,7 +30,11 @@ Generation::Generation(Scope& scope, const llama_vocab* vocab, const GenerateReq
   const bool argmax = req.sampling.plain_greedy() && req.grammar.empty();
   if (!argmax) {
     result_.seed = resolve_seed(req.sampling);
-    sampler_ = new_sampler(scope, vocab, req.sampling, result_.seed);
+    // The penalties' window is a buffer of its length: no longer than the
+    // sequence can be (-1, llama.cpp's "the context", is that too).
+    SamplingParams sampling = req.sampling;
+    if (sampling.repeat_last_n < 0 || sampling.repeat_last_n > n_ctx) sampling.repeat_last_n = n_ctx;
+    sampler_ = new_sampler(scope, vocab, sampling, result_.seed);
     for (llama_token t : prompt) {
       if (!is_image_token(t)) llama_sampler_accept(sampler_.get(), t);
     }

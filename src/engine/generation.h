@@ -29,9 +29,10 @@ class Generation {
   using Clock = std::chrono::steady_clock;
 
   // The sampler chain, when the request needs one, goes into `scope` and has
-  // seen the prompt (for repeat penalties). `result` is filled as it runs.
+  // seen the prompt (for repeat penalties, over at most the `n_ctx` tokens
+  // of its sequence). `result` is filled as it runs.
   Generation(Scope& scope, const llama_vocab* vocab, const GenerateRequest& request,
-             const std::vector<llama_token>& prompt, GenerateResult& result);
+             const std::vector<llama_token>& prompt, int32_t n_ctx, GenerateResult& result);
   ~Generation();
   Generation(const Generation&) = delete;
   Generation& operator=(const Generation&) = delete;

@@ -14,7 +14,7 @@ void validate(const SamplingParams& p) {
   if (!(p.top_p > 0.0f) || !std::isfinite(p.top_p)) bad("top-p must be in (0, 1]");
   if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) bad("min-p must be in [0, 1]");
   if (!(p.repeat_penalty > 0.0f) || !std::isfinite(p.repeat_penalty)) bad("repeat penalty must be > 0");
-  if (p.repeat_last_n < 0) bad("repeat-last-n must be >= 0");
+  if (p.repeat_last_n < -1) bad("repeat-last-n must be -1 (the whole context), 0 (off) or more");
   if (!std::isfinite(p.frequency_penalty) || p.frequency_penalty < -2 || p.frequency_penalty > 2) {
     bad("frequency penalty must be between -2 and 2");
   }

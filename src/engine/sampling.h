@@ -20,7 +20,7 @@ struct SamplingParams {
   float top_p = 0.95f;        // >= 1: off
   float min_p = 0.05f;        // <= 0: off
   float repeat_penalty = 1.0f;  // 1: off
-  int32_t repeat_last_n = 64;     // the window of the three penalties
+  int32_t repeat_last_n = 64;     // the window of the three penalties; -1: the whole context
   float frequency_penalty = 0.0f;  // OpenAI's: by how often a token came; 0: off
   float presence_penalty = 0.0f;   // OpenAI's: once a token came; 0: off
   // Added to a token's logit before anything else (OpenAI's logit_bias:

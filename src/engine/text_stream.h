@@ -11,6 +11,12 @@
 
 namespace reclaim {
 
+// Stop strings of one request at most, and the longest: each token's text
+// is matched against every stop's prefixes, a stop's length squared at
+// worst, on the decode thread every request of the model shares.
+inline constexpr size_t kMaxStops = 16;
+inline constexpr size_t kMaxStopBytes = 256;
+
 class TextStream {
  public:
   explicit TextStream(std::vector<std::string> stops = {});

@@ -32,6 +32,8 @@ class Answer {
   // The whole reply of a request that was not streamed, as JSON text.
   // `reply`: a chat's, read by its template; null for a plain completion.
   virtual std::string whole(const GenerateResult& r, const ChatReply* reply, const nlohmann::json& logprobs) = 0;
+  // Whether a whole reply is a list of choices (OpenAI's `n`).
+  virtual bool has_choices() const { return false; }
 
   virtual const char* stream_type() const = 0;
   // Sent every stream_keepalive while a stream waits for its model; empty:

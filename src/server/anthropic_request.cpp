@@ -42,7 +42,7 @@ std::string plain_text(const json& v, const std::string& here) {
 void add_message(const json& m, size_t i, json& out) {
   const std::string here = indexed("messages", i);
   if (!m.is_object()) bad_field(here, "'" + here + "' must be an object");
-  const std::string role = m.value("role", "");
+  const std::string role = string_or(m, "role", "", here);
   if (role != "user" && role != "assistant") bad_field(here + ".role", "'" + here + ".role' must be \"user\" or \"assistant\"");
   if (!m.contains("content")) bad_field(here + ".content", "'" + here + ".content' is required");
   const json& content = m["content"];
@@ -126,7 +126,7 @@ json function_tools(const json& tools) {
     const std::string here = indexed("tools", i);
     const json& t = tools[i];
     if (!t.is_object()) bad_field(here, "'" + here + "' must be an object");
-    const std::string type = t.value("type", "custom");
+    const std::string type = string_or(t, "type", "custom", here);
     if (type != "custom") {
       bad_field(here + ".type", "'" + here + ".type' is '" + type + "': this server runs no tools of its own, only those the client defines",
                 "unsupported_tool");

@@ -114,7 +114,7 @@ std::vector<ChatTool> checked_tools(const json& tools) {
   for (size_t i = 0; i < tools.size(); ++i) {
     const json& t = tools[i];
     const std::string at = "tools[" + std::to_string(i) + "]";
-    if (!t.is_object() || t.value("type", "") != "function" || !t.contains("function") || !t["function"].is_object()) {
+    if (!t.is_object() || string_or(t, "type", "", at) != "function" || !t.contains("function") || !t["function"].is_object()) {
       bad_field(at, "'" + at + "' must be {\"type\": \"function\", \"function\": {...}}");
     }
     const json& f = t["function"];
@@ -158,7 +158,7 @@ void parse_chat_fields(const json& j, CompletionRequest& r) {
       } else {
         bad_field("tool_choice", "'tool_choice' must be \"auto\", \"none\", \"required\" or a function");
       }
-    } else if (tc.is_object() && tc.value("type", "") == "function" && tc.contains("function") &&
+    } else if (tc.is_object() && string_or(tc, "type", "", "tool_choice") == "function" && tc.contains("function") &&
                tc["function"].is_object() && tc["function"].contains("name") && tc["function"]["name"].is_string()) {
       // One function by name: the only tool offered, and a call required.
       const std::string name = tc["function"]["name"].get<std::string>();

@@ -278,7 +278,10 @@ std::optional<std::string> one_whole(httplib::Response& res, Running& run) {
 // A request not streamed: held, generated (OpenAI's n times), answered whole.
 void answer_whole(httplib::Response& res, Running& run) {
   RequestRun& request = *run.request;
-  if (run.req.choices > 1 && run.req.infill) bad_field("n", "'n' above 1 is for OpenAI's completions, not /infill", "unsupported_n");
+  if (run.req.choices > 1 && !run.answer->has_choices()) {
+    bad_field("n", "'n' above 1 is for OpenAI's completions and chat completions, whose replies are lists of choices",
+              "unsupported_n");
+  }
   try {
     request.hold(run.req.model, run.keep_alive);
   } catch (const ClientGone&) {

@@ -61,6 +61,17 @@ inline const nlohmann::json& string_at(const nlohmann::json& item, const char* k
   return item[key];
 }
 
+// `item`'s string `key`, or `fallback` where `item` is no object or has no
+// such key (or null); a 400 naming "here.key" where it is something else
+// (nlohmann's value() would throw its type_error, a 500).
+inline std::string string_or(const nlohmann::json& item, const char* key, const std::string& fallback, const std::string& here) {
+  if (!item.is_object()) return fallback;
+  const auto it = item.find(key);
+  if (it == item.end() || it->is_null()) return fallback;
+  if (!it->is_string()) bad_field(here + "." + key, "'" + here + "." + key + "' must be a string");
+  return it->get<std::string>();
+}
+
 // The model a body names, if a string (empty otherwise: the lease or the
 // parse says what is wrong with it).
 inline std::string named_model(const nlohmann::json& body) {

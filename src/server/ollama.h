@@ -34,7 +34,7 @@ struct OllamaRequest {
   std::optional<int64_t> keep_alive_ms;
   nlohmann::json openai;           // the request in OpenAI's fields
   bool chat = true;                // rendered by the chat template (all but /api/generate's raw)
-  std::vector<std::string> stops;  // options.stop: Ollama takes any number
+  std::vector<std::string> stops;  // options.stop: up to kMaxStops (Ollama takes any number)
   std::optional<bool> think;
   bool predict_given = false;      // options.num_predict was sent
 };

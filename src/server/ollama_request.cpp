@@ -4,6 +4,7 @@
 // raw prompts.
 #include <algorithm>
 
+#include "engine/embed.h"
 #include "server/image_parts.h"
 #include "server/json_fields.h"
 #include "server/ollama.h"
@@ -46,6 +47,7 @@ void take_options(const json& j, OllamaRequest& o) {
     for (const json& x : s) {
       if (!x.get<std::string>().empty()) o.stops.push_back(x.get<std::string>());
     }
+    check_stops(o.stops, "options.stop");
   }
 }
 
@@ -114,7 +116,7 @@ json openai_messages(const json& list) {
         json f = c["function"];
         if (f.contains("arguments") && !f["arguments"].is_string()) f["arguments"] = f["arguments"].dump();
         f.erase("index");
-        oc.push_back({{"id", c.value("id", "call_" + std::to_string(i) + "_" + std::to_string(k))}, {"type", "function"}, {"function", f}});
+        oc.push_back({{"id", string_or(c, "id", "call_" + std::to_string(i) + "_" + std::to_string(k), here)}, {"type", "function"}, {"function", f}});
       }
       msg["tool_calls"] = oc;
       if (!msg.contains("content") || (msg["content"].is_string() && msg["content"].get<std::string>().empty())) {
@@ -214,6 +216,10 @@ OllamaEmbedRequest parse_ollama_embed_request(const std::string& body, bool lega
   const bool strings = in.is_array() && !in.empty() && std::all_of(in.begin(), in.end(), [](const json& s) { return s.is_string(); });
   if (!(in.is_string() || (!legacy && strings))) {
     bad_field(input_key, legacy ? "'prompt' must be a string" : "'input' must be a string or a non-empty array of strings");
+  }
+  if (in.is_array() && in.size() > kMaxEmbedInputs) {
+    bad_field(input_key, "'input' has " + std::to_string(in.size()) + " inputs, more than the limit of " +
+                             std::to_string(kMaxEmbedInputs) + " a request");
   }
   r.input = in;
   if (has_field(j, "truncate")) r.truncate = get_field<bool>(j, "truncate", "true or false");

@@ -1,6 +1,7 @@
 #include "server/openai.h"
 
 #include "engine/build_info.h"
+#include "engine/text_stream.h"
 #include "server/chat_request.h"
 #include "server/json_fields.h"
 
@@ -104,6 +105,19 @@ int64_t parse_duration_ms(const json& v, const std::string& field) {
   return static_cast<int64_t>(ms);
 }
 
+void check_stops(const std::vector<std::string>& stops, const std::string& field) {
+  if (stops.size() > kMaxStops) {
+    bad_field(field, "'" + field + "' has " + std::to_string(stops.size()) + " stop strings, more than the limit of " +
+                         std::to_string(kMaxStops));
+  }
+  for (const std::string& s : stops) {
+    if (s.size() > kMaxStopBytes) {
+      bad_field(field, "'" + field + "' has a stop string of " + std::to_string(s.size()) + " bytes, longer than the limit of " +
+                           std::to_string(kMaxStopBytes));
+    }
+  }
+}
+
 namespace {
 
 // OpenAI's shape: {"token id": bias from -100 to 100}. Whether the ids are
@@ -118,8 +132,10 @@ void parse_logit_bias(const json& lb, SamplingParams& sampling) {
     } catch (...) {
       used = 0;
     }
-    if (used != key.size() || id < 0 || id > INT32_MAX) {
-      bad_field("logit_bias", "'logit_bias' has key '" + key + "', which is not a token id");
+    // In its one spelling: "01" and "+1" would be a second bias of token 1,
+    // added to the first past the bound.
+    if (used != key.size() || id < 0 || id > INT32_MAX || key != std::to_string(id)) {
+      bad_field("logit_bias", "'logit_bias' has key '" + key + "', which is not a token id (digits, no sign or leading zero)");
     }
     if (!value.is_number() || value.get<double>() < -100 || value.get<double>() > 100) {
       bad_field("logit_bias", "'logit_bias' values must be numbers from -100 to 100");
@@ -136,6 +152,7 @@ void parse_stop(const json& s, std::vector<std::string>& stop) {
   } else {
     bad_request("'stop' must be a string or an array of up to 4 strings");
   }
+  check_stops(stop, "stop");
 }
 
 void parse_sampling(const json& j, bool chat, GenerateRequest& g) {
@@ -189,7 +206,7 @@ void parse_sampling(const json& j, bool chat, GenerateRequest& g) {
   }
   if (has_field(j, "repeat_last_n")) {
     const int32_t n = get_field<int32_t>(j, "repeat_last_n", "an integer");
-    if (n < 0) bad_field("repeat_last_n", "'repeat_last_n' must be >= 0");
+    if (n < -1) bad_field("repeat_last_n", "'repeat_last_n' must be -1 (the whole context), 0 (off) or more");
     g.sampling.repeat_last_n = n;
   }
   if (has_field(j, "logit_bias")) parse_logit_bias(j["logit_bias"], g.sampling);

@@ -102,6 +102,10 @@ ControlRequest parse_pin_request(const std::string& body);
 // "5m", "30s", "1h", "250ms", a number of seconds, -1 (never) or 0.
 int64_t parse_duration_ms(const nlohmann::json& v, const std::string& field);
 
+// A request's stop strings, `field` naming them in the error: at most
+// kMaxStops of at most kMaxStopBytes each (engine/text_stream.h).
+void check_stops(const std::vector<std::string>& stops, const std::string& field);
+
 // The response object of a finished request; `reply`: a chat's, read by its
 // template (server/chat_reply.h).
 nlohmann::json completion_json(const CompletionRequest& req, const GenerateResult& r, const nlohmann::json& message,

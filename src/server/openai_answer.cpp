@@ -33,6 +33,8 @@ class OpenAiAnswer : public Answer {
       : req_(req), id_(std::string(req.chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_reply_number())),
         created_(unix_now()) {}
 
+  bool has_choices() const override { return true; }
+
   void send_error(httplib::Response& res, const ApiError& e) const override { server::send_error(res, e); }
 
   std::string whole(const GenerateResult& r, const ChatReply* reply, const json& logprobs) override {

@@ -24,7 +24,7 @@ std::string content_text(const json& content, const std::string& here) {
   for (size_t k = 0; k < content.size(); ++k) {
     const std::string there = indexed(here, k);
     const json& part = content[k];
-    const std::string type = part.is_object() ? part.value("type", "") : "";
+    const std::string type = string_or(part, "type", "", there);
     if (type == "input_text" || type == "output_text" || type == "text") {
       out += string_at(part, "text", there).get<std::string>();
     } else if (type == "refusal") {
@@ -71,7 +71,7 @@ class Messages {
   void add(const json& item, size_t i) {
     const std::string here = indexed("input", i);
     if (!item.is_object()) bad_field(here, "'" + here + "' must be an object");
-    const std::string type = item.value("type", item.contains("role") ? "message" : "");
+    const std::string type = string_or(item, "type", item.contains("role") ? "message" : "", here);
     if (type == "message") {
       message(item, here);
     } else if (type == "function_call") {
@@ -102,7 +102,7 @@ class Messages {
 
  private:
   void message(const json& item, const std::string& here) {
-    const std::string role = item.value("role", "");
+    const std::string role = string_or(item, "role", "", here);
     if (role != "user" && role != "system" && role != "developer" && role != "assistant") {
       bad_field(here + ".role", "'" + here + ".role' must be user, system, developer or assistant");
     }
@@ -143,7 +143,7 @@ json function_tools(const json& tools) {
   for (size_t i = 0; i < tools.size(); ++i) {
     const std::string here = indexed("tools", i);
     const json& t = tools[i];
-    const std::string type = t.is_object() ? t.value("type", "") : "";
+    const std::string type = string_or(t, "type", "", here);
     if (type != "function") {
       bad_field(here + ".type", "'" + here + ".type' is '" + type + "': this server runs no tools of its own, only functions the client runs",
                 "unsupported_tool");
@@ -158,7 +158,7 @@ json function_tools(const json& tools) {
 
 json tool_choice(const json& c) {
   if (c.is_string()) return c;  // auto, none, required: the chat request checks which
-  if (c.is_object() && c.value("type", "") == "function" && c.contains("name") && c["name"].is_string()) {
+  if (c.is_object() && string_or(c, "type", "", "tool_choice") == "function" && c.contains("name") && c["name"].is_string()) {
     return {{"type", "function"}, {"function", {{"name", c["name"]}}}};
   }
   bad_field("tool_choice", "'tool_choice' must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", \"name\": ...}");
@@ -170,12 +170,12 @@ void text_format(const json& text, json& o) {
   if (!text.is_object()) bad_field("text", "'text' must be an object");
   if (!has_field(text, "format")) return;
   const json& f = text["format"];
-  const std::string type = f.is_object() ? f.value("type", "") : "";
+  const std::string type = string_or(f, "type", "", "text.format");
   if (type == "text") return;
   if (type == "json_object") {
     o["response_format"] = {{"type", "json_object"}};
   } else if (type == "json_schema") {
-    json js = {{"name", f.value("name", "reply")}, {"schema", f.contains("schema") ? f["schema"] : json::object()}};
+    json js = {{"name", string_or(f, "name", "reply", "text.format")}, {"schema", f.contains("schema") ? f["schema"] : json::object()}};
     if (f.contains("strict")) js["strict"] = f["strict"];
     o["response_format"] = {{"type", "json_schema"}, {"json_schema", js}};
   } else {

@@ -56,11 +56,15 @@ void Server::stream_resume(const httplib::Request& req, httplib::Response& res) 
   if (!s->started()) {
     throw ApiException(ApiError{503, "server_error", "stream_not_started", "the stream's model is not ready yet; retry", 1});
   }
-  if (from + s->kept() < s->total()) {
+  if (const size_t total = s->total(); from > total) {
+    bad_field("from", "'from' is byte " + std::to_string(from) + ", past the " + std::to_string(total) +
+                          " bytes the stream has sent so far");
+  }
+  if (const size_t first = s->first_kept(); from < first) {
     throw ApiException(ApiError{410, "invalid_request_error", "stream_offset_lost",
                                 "byte " + std::to_string(from) + " is no longer kept: a stream keeps at least its last " +
                                     std::to_string(StreamSessions::kKeptBytes) + " bytes, now from byte " +
-                                    std::to_string(s->total() - s->kept()),
+                                    std::to_string(first),
                                 0});
   }
   res.set_header("Cache-Control", "no-cache");

@@ -101,6 +101,11 @@ size_t StreamSession::kept() const {
   return bytes_.size();
 }
 
+size_t StreamSession::first_kept() const {
+  std::lock_guard lock(mu_);
+  return dropped_;
+}
+
 int64_t StreamSession::finished_at() const {
   std::lock_guard lock(mu_);
   return finished_at_;

@@ -56,6 +56,7 @@ class StreamSession {
   bool started() const;  // a byte written, or finished
   size_t total() const;  // bytes written, dropped ones too
   size_t kept() const;   // bytes held now
+  size_t first_kept() const;  // the offset of the first of them (bytes dropped before it)
   int64_t started_at() const { return started_at_; }
   int64_t finished_at() const;  // unix seconds; 0 while it runs
 

@@ -18,6 +18,18 @@ using nlohmann::json;
 
 namespace {
 
+// Tokens of one request at most, either way: an answer is then some tens of
+// megabytes, where a 32 MiB body of one-byte tokens with their pieces would
+// have been gigabytes of JSON objects.
+constexpr size_t kMaxTokens = size_t{1} << 20;
+
+void check_count(size_t n, const char* field) {
+  if (n > kMaxTokens) {
+    bad_field(field, "'" + std::string(field) + "' is " + std::to_string(n) + " tokens, more than the limit of " +
+                         std::to_string(kMaxTokens) + " a request");
+  }
+}
+
 // A piece that is not whole UTF-8 (a byte of a multi-byte character) is
 // its bytes, as llama-server gives it.
 json piece_json(const std::string& piece) {
@@ -40,14 +52,20 @@ void Server::tokenize_text(const httplib::Request& req, httplib::Response& res) 
     settings_of(model);  // an unknown model is a 404 here, as at the lease
     run->hold(model, std::nullopt);
     const llama_vocab* vocab = run->model().vocab();
-    json tokens = json::array();
-    if (has_field(body, "content")) {
-      for (llama_token t : mixed_prompt_tokens(vocab, body["content"], "content", add_special, parse_special)) {
-        tokens.push_back(with_pieces ? json{{"id", t}, {"piece", piece_json(token_piece(vocab, t, true))}} : json(t));
-      }
+    std::vector<llama_token> ids;
+    if (has_field(body, "content")) ids = mixed_prompt_tokens(vocab, body["content"], "content", add_special, parse_special);
+    check_count(ids.size(), "content");
+    // Written as text as it goes: a JSON object a token would take ten
+    // times the bytes of its text.
+    std::string out = "{\"tokens\":[";
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (i > 0) out += ',';
+      const std::string id = std::to_string(ids[i]);
+      out += with_pieces ? "{\"id\":" + id + ",\"piece\":" + piece_json(token_piece(vocab, ids[i], true)).dump() + "}" : id;
     }
+    out += "]}";
     run->succeed();
-    res.set_content(json{{"tokens", tokens}}.dump(), "application/json");
+    res.set_content(out, "application/json");
   });
 }
 
@@ -59,6 +77,7 @@ void Server::detokenize_tokens(const httplib::Request& req, httplib::Response& r
     std::vector<llama_token> ids;
     if (has_field(body, "tokens")) {
       if (!body["tokens"].is_array()) bad_field("tokens", "'tokens' must be an array of token ids");
+      check_count(body["tokens"].size(), "tokens");
       for (const json& t : body["tokens"]) ids.push_back(token_id(t, "tokens"));
     }
     settings_of(model);

@@ -109,6 +109,7 @@ Reconfigured Catalogue::reconfigure(std::vector<ModelSpec> models) {
       e.spec = std::move(m);
       e.next_spec.reset();
       e.estimated_file.clear();  // the estimate was of the old context
+      ++e.spec_generation;
     } else {
       // Its names, template, keep-alive, pin and defaults at once, as
       // without a reload (a new alias is known now; its requests, like any,
@@ -135,7 +136,7 @@ void Catalogue::sweep(const Line& line) {
   for (auto it = entries_.begin(); it != entries_.end();) {
     const ModelEntry& e = *it;
     const bool held = holds_room(e.life) || e.in_flight > 0 || e.queued > 0 || e.pending_admits > 0 ||
-                      line.holds(e);
+                      e.watchers > 0 || line.holds(e);
     it = e.retired && !held ? entries_.erase(it) : std::next(it);
   }
 }

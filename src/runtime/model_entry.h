@@ -43,6 +43,12 @@ struct ModelEntry {
   int64_t estimate = 0;  // of the last load
   int64_t model_estimate = 0;
   std::string estimated_file;  // identity of the file the estimate is of (file_identity)
+  // Bumped when the spec a load would take changes (a reconfiguration): an
+  // estimate made meanwhile, without the lock, is of the old one.
+  uint64_t spec_generation = 0;
+  // Threads waiting on it outside a request's wait (an unload, a wait for a
+  // state): a retired entry is not dropped under them.
+  mutable int watchers = 0;
   int64_t reserved = 0;  // what the budget counts for it now
   Places estimate_at, reserved_at;  // the same two by place
   uint64_t loads = 0, unloads = 0;
@@ -63,6 +69,19 @@ struct ModelEntry {
   ModelState state() const { return state_of(life); }
   // The batch of the model while it is loaded, else null.
   Batcher* loaded_batcher() const { return state() == ModelState::loaded && model ? model->batcher() : nullptr; }
+};
+
+// A thread among an entry's watchers for a block, under the registry's lock
+// at both ends.
+class Watch {
+ public:
+  explicit Watch(const ModelEntry& e) : e_(e) { ++e_.watchers; }
+  ~Watch() { --e_.watchers; }
+  Watch(const Watch&) = delete;
+  Watch& operator=(const Watch&) = delete;
+
+ private:
+  const ModelEntry& e_;
 };
 
 }  // namespace reclaim

@@ -13,6 +13,7 @@
 #include "engine/embed.h"
 #include "engine/model_info.h"
 #include "runtime/model_entry.h"
+#include "runtime/unlocked.h"
 
 namespace reclaim {
 
@@ -49,13 +50,16 @@ Lease Registry::acquire(const std::string& name, std::optional<Millis> keep_aliv
   std::unique_lock lock(mu_);
   Entry& e = catalogue_.find(name);
   if (!admit_locked(lock, e, wait, {.slot = true, .autoload = options_.autoload})) return Lease();
+  // What may throw first: a lease with its registry set gives itself back
+  // (under this lock) when it goes.
+  auto token = std::make_unique<CancelToken>();
+  e.tokens.push_back(token.get());
   Lease l;
-  l.registry_ = this;
   l.entry_ = &e;
   l.model_ = e.model.get();
-  l.token_ = std::make_unique<CancelToken>();
+  l.token_ = std::move(token);
   l.keep_alive_ = keep_alive;
-  e.tokens.push_back(l.token_.get());
+  l.registry_ = this;
   ++e.in_flight;
   e.expires = Steady::time_point::max();
   return l;
@@ -92,23 +96,35 @@ void Registry::set_pinned(const std::string& name, bool pinned) {
 }
 
 int64_t Registry::estimate_for_locked(std::unique_lock<std::mutex>& lock, Entry& e) {
+  // Made without the lock: a reconfiguration meanwhile makes it again, for
+  // the spec the load will take.
+  for (;;) {
+    const uint64_t generation = e.spec_generation;
+    if (std::optional<int64_t> estimate = estimate_once_locked(lock, e, generation)) return *estimate;
+  }
+}
+
+std::optional<int64_t> Registry::estimate_once_locked(std::unique_lock<std::mutex>& lock, Entry& e, uint64_t generation) {
   ModelLoad load = model_load(e);
   const VetRequest vet = catalogue_.vet_request(e);
   const std::optional<VetRequest> draft = catalogue_.draft_vet_request(e);
   const llama_context_params& cp = vet.context;
-  lock.unlock();
   // The estimate loads the file's metadata and vocab and plans a context,
   // about as long as the load itself (400 ms of a 1.1 s swap to a 151,936-
   // token model, bench/swap); the options never change, so a reload of the
   // same file takes the last one.
-  const std::string identity = file_identity(load.path) + (draft ? "|draft " + file_identity(draft->path) : "") +
-                               (load.mmproj.empty() ? "" : "|mmproj " + file_identity(load.mmproj));
-  lock.lock();
+  std::string identity;
+  {
+    Unlocked unlocked(lock);
+    identity = file_identity(load.path) + (draft ? "|draft " + file_identity(draft->path) : "") +
+               (load.mmproj.empty() ? "" : "|mmproj " + file_identity(load.mmproj));
+  }
+  if (generation != e.spec_generation) return std::nullopt;
   if (!identity.empty() && identity == e.estimated_file && e.estimate > 0) return e.estimate;
-  lock.unlock();
   int64_t estimate = 0, model_estimate = 0;
   Places estimate_at;
   try {
+    Unlocked unlocked(lock);
     // A file not yet vetted is read first in child processes, which may
     // die of it; their estimate is the one this process would make. This
     // returns once a child has loaded the file; load_locked waits for the
@@ -130,11 +146,10 @@ int64_t Registry::estimate_for_locked(std::unique_lock<std::mutex>& lock, Entry&
       add(options_.vetter ? options_.vetter->vet_to_load(*draft).estimate : estimate_memory(draft_load, draft->context));
     }
   } catch (const std::exception& ex) {
-    lock.lock();
     e.last_error = ex.what();
     throw;
   }
-  lock.lock();
+  if (generation != e.spec_generation) return std::nullopt;
   e.estimate = estimate;
   e.estimate_at = std::move(estimate_at);
   e.model_estimate = model_estimate;
@@ -163,12 +178,8 @@ ModelLoad Registry::model_load(Entry& e) {
 }
 
 void Registry::load_locked(std::unique_lock<std::mutex>& lock, Entry& e, int64_t estimate) {
-  e.change(LifeEvent::load);
-  e.progress = 0;
-  e.last_error.clear();
-  e.reserved = estimate;
-  e.reserved_at = e.estimate_at;
-  cv_.notify_all();
+  // What may throw comes before the model is marked loading: a mark that
+  // nothing clears would hold every unload of it for ever.
   const ModelLoad load = model_load(e);
   BatcherOptions batching = catalogue_.batching_of(e);
   batching.cache_ram = static_cast<uint64_t>(prompt_cache_cap(catalogue_.entries(), options_, 1));
@@ -177,18 +188,36 @@ void Registry::load_locked(std::unique_lock<std::mutex>& lock, Entry& e, int64_t
     vet = catalogue_.vet_request(e);
     draft_vet = catalogue_.draft_vet_request(e);
   }
-  lock.unlock();
+  Places reserved_at = e.estimate_at;
+  const int64_t model_estimate = e.model_estimate;
+  e.change(LifeEvent::load);
+  e.progress = 0;
+  e.last_error.clear();
+  e.reserved = estimate;
+  e.reserved_at = std::move(reserved_at);
+  cv_.notify_all();
   const Steady::time_point t0 = Steady::now();
   std::unique_ptr<Model> model;
   try {
+    Unlocked unlocked(lock);
     model = std::make_unique<Model>(load, &scope_);
     // The file loads (a child loaded it first); whether it decodes, a child
     // may still be finding out while this process loaded it.
     if (vet) (void)options_.vetter->vet(*vet);
     if (draft_vet) (void)options_.vetter->vet(*draft_vet);
     model->start_batcher(batching);
+    if (options_.log || log_topic_enabled("models")) {
+      // The estimate is checked against what the load took: the ledger has
+      // the weights now; contexts are added as requests come.
+      std::fprintf(stderr, "reclaim: loaded '%s' in %.0f ms: estimate %s (model %s), on the ledger %s\n",
+                   load.name.c_str(), ms_since(t0), format_bytes(estimate).c_str(), format_bytes(model_estimate).c_str(),
+                   format_bytes(sum(ledger_places_under(model->scope().path()))).c_str());
+    }
   } catch (const std::exception& ex) {
-    lock.lock();
+    if (model) {
+      Unlocked unlocked(lock);  // a model that loaded and then failed its vetting is freed without the lock
+      model.reset();
+    }
     e.change(LifeEvent::load_failed);
     e.reserved = 0;
     e.reserved_at.clear();
@@ -197,15 +226,6 @@ void Registry::load_locked(std::unique_lock<std::mutex>& lock, Entry& e, int64_t
     throw;
   }
   const double ms = ms_since(t0);
-  const int64_t actual = sum(ledger_places_under(model->scope().path()));
-  if (options_.log || log_topic_enabled("models")) {
-    // The estimate is checked against what the load took: the ledger has the
-    // weights now; contexts are added as requests come.
-    std::fprintf(stderr, "reclaim: loaded '%s' in %.0f ms: estimate %s (model %s), on the ledger %s\n",
-                 e.spec.name.c_str(), ms, format_bytes(estimate).c_str(), format_bytes(e.model_estimate).c_str(),
-                 format_bytes(actual).c_str());
-  }
-  lock.lock();
   e.model = std::move(model);
   e.change(e.settled(LifeEvent::loaded, LifeEvent::loaded_stale));
   e.progress = 1;
@@ -239,7 +259,9 @@ void Registry::vet_in_background() {
 void Registry::unload(const std::string& name, UnloadMode mode, Millis timeout) {
   check_name(name);
   std::unique_lock lock(mu_);
-  unload_locked(lock, catalogue_.find(name), mode, timeout);
+  Entry& e = catalogue_.find(name);
+  unload_locked(lock, e, mode, timeout);
+  if (e.retired) reaper_cv_.notify_all();  // it may be dropped now
 }
 
 void Registry::unload_all(UnloadMode mode, Millis timeout) {
@@ -248,6 +270,7 @@ void Registry::unload_all(UnloadMode mode, Millis timeout) {
 }
 
 void Registry::unload_locked(std::unique_lock<std::mutex>& lock, Entry& e, UnloadMode mode, Millis timeout) {
+  const Watch watch(e);  // it waits on e: a reconfiguration may retire it meanwhile
   cv_.wait(lock, [&] { return e.life != Life::loading; });
   if (!holds_room(e.life)) return;
   if (leaving(e.life)) {
@@ -294,6 +317,7 @@ void Registry::finish_unload_locked(std::unique_lock<std::mutex>& lock, Entry& e
     e.spec = std::move(*e.next_spec);
     e.next_spec.reset();
     e.estimated_file.clear();
+    ++e.spec_generation;
   }
   e.reserved = 0;
   e.reserved_at.clear();
@@ -360,9 +384,10 @@ void Registry::reaper() {
     // Outside the lock: a release takes a driver's time, and a load that
     // holds the device meanwhile brings it back.
     const uint64_t idle_events = devices_idle_events_;
-    lock.unlock();
-    next = std::min(next, release_idle_devices(options_.device_idle));
-    lock.lock();
+    {
+      Unlocked unlocked(lock);
+      next = std::min(next, release_idle_devices(options_.device_idle));
+    }
     if (stopping_) break;
     if (idle_events != devices_idle_events_) continue;  // the device went idle meanwhile: ask again
     if (next == Steady::time_point::max()) {

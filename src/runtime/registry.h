@@ -166,6 +166,9 @@ class Registry {
   // Bytes the budget counts now: estimates of the models loaded or loading.
   int64_t accounted() const;
   Places accounted_by_place() const;
+  // Counts a request's wait that gave up (Wait::give_up) and did not wait
+  // again (its client left, its stream never started): since `began`.
+  void count_wait(std::chrono::steady_clock::time_point began);
   // Drops every model's prompt-cache saves in host memory, as room pressure
   // does; false if there were none.
   bool drop_prompt_cache_saves();
@@ -193,6 +196,8 @@ class Registry {
   // Bytes the budget counts for `e`: the last estimate of the same file, or
   // a new one (in the vetting child). Drops the lock while it estimates.
   int64_t estimate_for_locked(std::unique_lock<std::mutex>& lock, Entry& e);
+  // One try of it: none where the spec changed (spec_generation) meanwhile.
+  std::optional<int64_t> estimate_once_locked(std::unique_lock<std::mutex>& lock, Entry& e, uint64_t generation);
   // Sets the keep-alive deadline of a model nobody holds.
   void set_expiry_locked(Entry& e, std::optional<Millis> keep_alive = std::nullopt);
 
@@ -222,6 +227,7 @@ class Registry {
   void unload_locked(std::unique_lock<std::mutex>& lock, Entry& e, UnloadMode mode, Millis timeout);
   void finish_unload_locked(std::unique_lock<std::mutex>& lock, Entry& e);
   void release_lease(Lease& lease) noexcept;
+  void count_wait_locked(Steady::time_point began);  // a request's wait, ended
   void reaper();
   void wake_reaper() noexcept;  // to stop: the reaper's body returns
 

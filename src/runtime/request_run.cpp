@@ -102,6 +102,8 @@ void RequestRun::release() noexcept {
   if (released_) return;
   released_ = true;
   end(RunEnd::error);
+  // A wait that gave up and was not taken up again is counted here.
+  if (kept_.began != std::chrono::steady_clock::time_point{}) registry_.count_wait(kept_.began);
   // The token must not point at the lease's once it is gone.
   cancel_.link(nullptr);
   lease_.release();

@@ -9,6 +9,7 @@
 #include "runtime/model_entry.h"
 #include "runtime/registry.h"
 #include "runtime/room.h"
+#include "runtime/unlocked.h"
 
 namespace reclaim {
 
@@ -31,12 +32,9 @@ class Registry::Waiter {
     }
     if (gave_up_) {
       if (waiting_) wait_.kept->began = t0_;
-    } else if (waiting_ || resumed_) {
-      ++r_.sched_.waits;
-      const double waited = std::chrono::duration<double>(Steady::now() - t0_).count();
-      r_.sched_.wait_seconds += waited;
-      r_.waits_.observe(waited);
-      if (wait_.kept) wait_.kept->began = Steady::time_point{};
+    } else {
+      if (waiting_ || resumed_) r_.count_wait_locked(t0_);
+      if (wait_.kept) *wait_.kept = WaitKept{};  // its waits are over
     }
     r_.cv_.notify_all();
     if (e_.retired) r_.reaper_cv_.notify_all();  // it may be dropped now
@@ -130,9 +128,8 @@ class Registry::Waiter {
     r_.cv_.wait_until(lock, std::min({deadline_, wait_.give_up, Steady::now() + wait_.poll}));
     bool wanted = true;
     if (wait_.still_wanted) {
-      lock.unlock();
+      Unlocked unlocked(lock);
       wanted = wait_.still_wanted();
-      lock.lock();
     }
     if (!wanted) {
       ++r_.sched_.gone;
@@ -179,6 +176,9 @@ bool Registry::admit_locked(std::unique_lock<std::mutex>& lock, Entry& e, const 
       if (wait.no_wait) return false;
     } else if (admits_requests(e.life)) {
       w.drop_turn();
+      // A kept ticket is in the line before the slot is asked for: it may be
+      // the first.
+      if (wait.kept && wait.kept->slot_ticket != 0) w.line_up_for_slot();
       if (w.take_slot(admission.slot)) return true;
       w.join_queue();
       if (wait.no_wait) return false;
@@ -211,11 +211,26 @@ bool Registry::admit_locked(std::unique_lock<std::mutex>& lock, Entry& e, const 
   }
 }
 
+void Registry::count_wait_locked(Steady::time_point began) {
+  ++sched_.waits;
+  const double waited = std::chrono::duration<double>(Steady::now() - began).count();
+  sched_.wait_seconds += waited;
+  waits_.observe(waited);
+}
+
+void Registry::count_wait(Steady::time_point began) {
+  std::lock_guard lock(mu_);
+  count_wait_locked(began);
+}
+
 bool Registry::take_turn_locked(std::unique_lock<std::mutex>& lock, Entry& e, Turn& turn) {
   turn.acting = true;
   Defer done([&] { turn.acting = false; });
-  const int64_t needed = estimate_for_locked(lock, e);
+  const int64_t needed = estimate_for_locked(lock, e);  // of the spec of this generation
+  const uint64_t generation = e.spec_generation;
   if (!make_room_locked(lock, e, needed, turn)) return false;
+  // Reconfigured while room was made: the estimate is of the old spec.
+  if (e.spec_generation != generation) return false;
   const RoomHow how = turn.how();
   const double waited = std::chrono::duration<double>(Steady::now() - turn.since).count();
   load_locked(lock, e, needed);

@@ -52,9 +52,11 @@ inline int free_port() {
 // is handed to `on_body` piece by piece as it arrives, de-chunked, so that a
 // stream's first token is seen when it is sent. Returns the status.
 // `hang_up`, asked after each piece: true closes the connection there, as a
-// client that leaves does (the status read so far is returned).
+// client that leaves does (the status read so far is returned). `headers`:
+// more header lines, each ending in CRLF.
 inline int http(int port, const std::string& method, const std::string& path, const std::string& body,
-         const std::function<void(const std::string&)>& on_body, const std::function<bool()>& hang_up = nullptr) {
+         const std::function<void(const std::string&)>& on_body, const std::function<bool()>& hang_up = nullptr,
+         const std::string& headers = "") {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -64,7 +66,7 @@ inline int http(int port, const std::string& method, const std::string& path, co
     if (fd >= 0) ::close(fd);
     return 0;
   }
-  const std::string req = method + " " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n" +
+  const std::string req = method + " " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n" + headers +
                           "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
                           "\r\n\r\n" + body;
   for (size_t off = 0; off < req.size();) {

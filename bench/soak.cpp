@@ -3,17 +3,24 @@
 //   build/bin/bench-soak [--requests 10000] [--clients 8] [--ctx 512] [--parallel 2] [--seed 1]
 //                        [--checkpoint 1000] [--serve=--min-serve=2s]...
 //
-// Three test models (two spm, one bpe; make-test-model) are served from one
-// folder under a --memory-budget that holds two of them, so requests for the
-// third swap. Requests go 65% to a, 20% to b (bpe) and 15% to c. Clients
-// draw each request at random:
-//   40% a streamed completion (its time to first token is measured);
-//   15% a stream dropped at a random point, from before its headers to its
+// Four test models (make-test-model: two spm, a bpe one with fill-in-the-
+// middle tokens, a bpe reranker) are served from one folder under a
+// --memory-budget that holds two of them, so requests for the others swap.
+// Text requests go 65% to a, 20% to b (bpe) and 15% to c. Clients draw each
+// request at random (bench/soak_requests.cpp):
+//   28% a streamed completion (its time to first token is measured);
+//   10% a stream dropped at a random point, from before its headers to its
 //       fourth event;
-//   22% a completion not streamed;
+//   14% a completion not streamed;
 //    2% a cancel-unload of a random model (requests on it end as cancelled);
-//   15% a bad body (each must be a 4xx);
-//    6% a control read (/health, /v1/models, /metrics, /v1/resources).
+//   12% a bad body, to /v1/completions or another API (each must be a 4xx);
+//    4% a control read (/health, /v1/models, /metrics, /v1/resources);
+//    4% a resumable stream (X-Conversation-Id) left after its first event,
+//       read again whole from /v1/stream, then deleted;
+//   26% the other APIs, streamed or not where they stream: chat (with a JSON
+//       schema half the time), Anthropic's Messages, OpenAI's Responses,
+//       Ollama's chat and generate, embeddings, tokenize and detokenize, a
+//       grammar, /infill on b, /v1/rerank on the reranker.
 // It prints the outcomes by cause (expected: ok, dropped, cancelled by an
 // unload, refused as bad; anything else is unexpected), p50 and p99 time to
 // first token, the RssAnon slope in KiB per 1,000 requests, and the fds,
@@ -39,6 +46,7 @@
 #include "core/stats.h"
 #include "engine/test_model.h"
 #include "http_client.h"
+#include "soak_requests.h"
 
 using namespace reclaim;
 using namespace reclaim::bench;
@@ -74,152 +82,7 @@ struct Outside {
   }
 };
 
-// Outcomes by cause, and the times to first token.
-class Tally {
- public:
-  void add(const std::string& cause, bool expected) {
-    std::lock_guard lock(mu_);
-    ++(expected ? expected_ : unexpected_)[cause];
-  }
-  void ttft(double ms) {
-    std::lock_guard lock(mu_);
-    ttft_.push_back(ms);
-  }
-  int64_t unexpected() const {
-    std::lock_guard lock(mu_);
-    int64_t n = 0;
-    for (const auto& [c, k] : unexpected_) n += k;
-    return n;
-  }
-  void print() const {
-    std::lock_guard lock(mu_);
-    std::printf("outcomes, expected:\n");
-    for (const auto& [c, k] : expected_) std::printf("  %-44s %7lld\n", c.c_str(), static_cast<long long>(k));
-    std::printf("outcomes, unexpected:\n");
-    for (const auto& [c, k] : unexpected_) std::printf("  %-44s %7lld\n", c.c_str(), static_cast<long long>(k));
-    std::vector<double> t = ttft_;
-    std::sort(t.begin(), t.end());
-    auto pct = [&](double p) { return t.empty() ? 0.0 : t[std::min(t.size() - 1, static_cast<size_t>(p * t.size()))]; };
-    std::printf("time to first token: p50 %.1f ms, p99 %.1f ms (%zu streams)\n", pct(0.50), pct(0.99), t.size());
-  }
-
- private:
-  mutable std::mutex mu_;
-  std::map<std::string, int64_t> expected_, unexpected_;
-  std::vector<double> ttft_;
-};
-
-const char* kModels[] = {"a", "b", "c"};
-
-const std::vector<std::string>& bad_bodies() {
-  static const std::vector<std::string> b = {
-      "{",
-      "[]",
-      R"({"model":"a"})",
-      R"({"model":"nope","prompt":"x"})",
-      R"({"model":"../a","prompt":"x"})",
-      R"({"model":"a","prompt":"x","max_tokens":-1})",
-      R"({"model":"a","prompt":"x","temperature":"hot"})",
-      R"({"model":"a","prompt":[999999999]})",
-      R"({"model":"b","prompt":"x","top_p":2})",
-      "{\"model\":\"a\",\"prompt\":\"\xff\"}",
-      R"({"model":"c","prompt":"x","stop":[1]})",
-  };
-  return b;
-}
-
-json completion(const std::string& model, int i, int n, bool stream) {
-  return {{"model", model}, {"prompt", "soak " + std::to_string(i)}, {"max_tokens", n}, {"temperature", 0}, {"stream", stream}};
-}
-
-// A streamed completion; `drop_after` events (-1: never) before hanging up.
-void stream(int port, const std::string& model, int i, int n, int drop_after, Tally& tally) {
-  const Clock::time_point t0 = Clock::now();
-  std::string pending, all;
-  int events = 0;
-  bool first = false, done = false;
-  std::string error_code;
-  const int status = http(port, "POST", "/v1/completions", completion(model, i, n, true).dump(),
-      [&](const std::string& piece) {
-        pending += piece;
-        all += piece;
-        for (size_t end; (end = pending.find("\n\n")) != std::string::npos;) {
-          const std::string event = pending.substr(0, end);
-          pending.erase(0, end + 2);
-          if (event == "data: [DONE]") done = true;
-          if (event.rfind("data: {", 0) != 0) continue;
-          ++events;
-          const json j = json::parse(event.substr(6), nullptr, false);
-          if (j.is_discarded()) continue;
-          if (j.contains("error")) error_code = j["error"].value("code", "error");
-          if (!first && j.contains("choices") && !j["choices"].empty()) {
-            first = true;
-            tally.ttft(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
-          }
-        }
-      },
-      [&] { return drop_after >= 0 && events >= drop_after; });
-  if (drop_after >= 0) {
-    tally.add("stream dropped by its client", true);
-    return;
-  }
-  if (status == 200 && done && error_code.empty()) {
-    tally.add("stream ok", true);
-  } else if (status == 200 && !error_code.empty()) {
-    tally.add("stream ended by an error event: " + error_code, false);
-  } else if (status == 503 || status == 429) {
-    const json j = json::parse(all, nullptr, false);
-    tally.add("stream " + std::to_string(status) + " " + (j.is_object() ? j["error"].value("code", "") : ""), false);
-  } else {
-    tally.add("stream " + std::to_string(status) + (done ? "" : " without [DONE]"), false);
-  }
-}
-
-void plain(int port, const std::string& model, int i, int n, Tally& tally) {
-  std::string body;
-  const int status = http(port, "POST", "/v1/completions", completion(model, i, n, false).dump(),
-                          [&](const std::string& s) { body += s; });
-  const json j = json::parse(body, nullptr, false);
-  const std::string code = j.is_object() && j.contains("error") ? j["error"].value("code", "") : "";
-  if (status == 200) {
-    tally.add("completion ok", true);
-  } else if (status == 503 && code == "cancelled") {
-    tally.add("completion cancelled by an unload", true);
-  } else {
-    tally.add("completion " + std::to_string(status) + " " + code, false);
-  }
-}
-
-void one_request(int port, int i, std::mt19937& rng, Tally& tally) {
-  const int pick = static_cast<int>(rng() % 100);
-  // Most traffic goes to one model, as it does on a team's server; the
-  // others still swap in about one request in three.
-  const unsigned m = rng() % 100;
-  const std::string model = kModels[m < 65 ? 0 : m < 85 ? 1 : 2];
-  const int n = 8 + static_cast<int>(rng() % 25);
-  if (pick < 40) {
-    stream(port, model, i, n, -1, tally);
-  } else if (pick < 55) {
-    stream(port, model, i, n, static_cast<int>(rng() % 5), tally);
-  } else if (pick < 77) {
-    plain(port, model, i, n, tally);
-  } else if (pick < 79) {
-    std::string body;
-    const int status = http(port, "POST", "/v1/models/unload", json{{"model", model}, {"mode", "cancel"}}.dump(),
-                            [&](const std::string& s) { body += s; });
-    tally.add(status == 200 ? "cancel-unload ok" : "cancel-unload " + std::to_string(status), status == 200);
-  } else if (pick < 94) {
-    const std::string& b = bad_bodies()[rng() % bad_bodies().size()];
-    const int status = http(port, "POST", "/v1/completions", b, [](const std::string&) {});
-    const bool client_error = status >= 400 && status < 500;
-    tally.add(client_error ? "bad body refused with a 4xx" : "bad body answered " + std::to_string(status), client_error);
-  } else {
-    static const char* paths[] = {"/health", "/v1/models", "/metrics", "/v1/resources"};
-    const char* path = paths[rng() % 4];
-    const int status = http(port, "GET", path, "", [](const std::string&) {});
-    tally.add(status == 200 ? "control read ok" : std::string("control read ") + path + " " + std::to_string(status), status == 200);
-  }
-}
+const char* kModels[] = {kTextModels[0], kTextModels[1], kTextModels[2], kReranker};
 
 // Least squares slope of y over x.
 double slope(const std::vector<std::pair<double, double>>& xy) {
@@ -271,13 +134,17 @@ int main(int argc, char** argv) {
       const char* name;
       const char* vocab;
       int embd;
+      bool fim = false, reranker = false;
     };
-    for (const Made& m : {Made{"a", "spm", 128}, Made{"b", "bpe", 64}, Made{"c", "spm", 64}}) {
+    for (const Made& m : {Made{"a", "spm", 128}, Made{"b", "bpe", 64, true}, Made{"c", "spm", 64},
+                          Made{kReranker, "bpe", 64, false, true}}) {
       TestModelSpec spec;
       spec.vocab = m.vocab;
       spec.n_embd = m.embd;
       spec.n_layer = 2;
       spec.n_ctx_train = 4096;
+      spec.fim = m.fim;
+      spec.reranker = m.reranker;
       make_test_model(spec, o.dir + "/" + m.name + ".gguf");
     }
     // The budget: the two largest estimates and a little, so that the third swaps.

@@ -206,6 +206,9 @@ void Vetter::work() {
       }
     }
     if (k.empty()) {
+      // The queues may have held only stale keys: emptied now, which a
+      // wait_idle() waits for.
+      cv_.notify_all();
       cv_.wait(lock);
       continue;
     }

@@ -26,7 +26,7 @@ namespace reclaim::testing {
 
 class FakeRegistry {
  public:
-  enum class Mode { normal, corrupt, drop_halfway, redirect, slow };
+  enum class Mode { normal, corrupt, drop_halfway, redirect, slow, trickle };
 
   // HTTPS where a certificate and key are given.
   explicit FakeRegistry(const std::string& cert = "", const std::string& key = "") {
@@ -123,6 +123,18 @@ class FakeRegistry {
                                [bytes](size_t offset, size_t, httplib::DataSink& sink) {
                                  std::this_thread::sleep_for(std::chrono::milliseconds(20));
                                  sink.write(bytes.data() + offset, std::min<size_t>(16 << 10, bytes.size() - offset));
+                                 return true;
+                               });
+      return;
+    }
+    if (mode_ == Mode::trickle) {
+      // 1 KiB every 100 ms, never silent for long: only a bound on the rate
+      // ends it. Stops with the server.
+      res.set_content_provider(bytes.size(), "application/octet-stream",
+                               [this, bytes](size_t offset, size_t, httplib::DataSink& sink) {
+                                 std::this_thread::sleep_for(std::chrono::milliseconds(100));
+                                 if (!server_->is_running()) return false;
+                                 sink.write(bytes.data() + offset, std::min<size_t>(1 << 10, bytes.size() - offset));
                                  return true;
                                });
       return;

@@ -221,6 +221,67 @@ TEST(Pull, OllamaJsPullsThroughTheServerWithItsProgressAndDeletes) {
   s.expect_clean();
 }
 
+// A registry that trickles (1 KiB every 100 ms, never silent long enough
+// for a read timeout) is dropped once a window brings under 64 KiB, what
+// came kept; one that has fewer bytes than its manifest says answers the
+// next pull's range with 416, and the part kept goes.
+TEST(Pull, ATricklingRegistryIsDroppedAsStalledAndABlobShorterThanDeclaredIsNotKept) {
+  FakeRegistry reg;
+  const std::string model = read_bytes(spm());
+  reg.add_model("library/tiny:latest", {{"model", model}});
+  const std::string store = temp_path("pulled-stall"), name = reg.host() + "/library/tiny";
+  reg.set_mode(FakeRegistry::Mode::trickle);
+  const Result stalled = run("pull --insecure --stall-seconds 2 --store " + store + " " + name);
+  EXPECT_EQ(stalled.status, 1) << stalled.out;
+  EXPECT_NE(stalled.out.find("dropped as stalled"), std::string::npos) << stalled.out;
+  EXPECT_NE(stalled.out.find("pull again to go on"), std::string::npos) << stalled.out;
+  EXPECT_TRUE(any_partial(store));
+  reg.set_mode(FakeRegistry::Mode::normal);
+  const Result resumed = run("pull --insecure --store " + store + " " + name);
+  ASSERT_EQ(resumed.status, 0) << resumed.out;
+  EXPECT_EQ(read_bytes(store + "/blobs/sha256-" + sha256_hex(model)), model);
+  EXPECT_FALSE(any_partial(store));
+
+  // Declared 10 bytes longer than it is.
+  const std::string config = R"({"model_format":"gguf"})", blob = "GGUF-but-short";
+  reg.add_model("library/short:latest", {{"model", blob}});  // serves the blob and the config
+  const json manifest = {{"schemaVersion", 2},
+                         {"config", {{"mediaType", "application/vnd.docker.container.image.v1+json"},
+                                     {"digest", "sha256:" + sha256_hex(config)}, {"size", config.size()}}},
+                         {"layers", {{{"mediaType", "application/vnd.ollama.image.model"},
+                                      {"digest", "sha256:" + sha256_hex(blob)}, {"size", blob.size() + 10}}}}};
+  reg.add_manifest("library/short:latest", manifest.dump());
+  const std::string short_store = temp_path("pulled-short");
+  const Result first = run("pull --insecure --store " + short_store + " " + reg.host() + "/library/short");
+  EXPECT_EQ(first.status, 1) << first.out;
+  EXPECT_TRUE(any_partial(short_store)) << first.out;
+  const Result second = run("pull --insecure --store " + short_store + " " + reg.host() + "/library/short");
+  EXPECT_EQ(second.status, 1) << second.out;
+  EXPECT_NE(second.out.find("HTTP 416"), std::string::npos) << second.out;
+  EXPECT_FALSE(any_partial(short_store)) << "a part that cannot be continued is kept";
+}
+
+// A tag pulled again after its model changed keeps only the new model's
+// blobs: the old ones no manifest names go with the old manifest.
+TEST(Pull, ATagPulledAgainLeavesNoBlobOfItsOldModel) {
+  FakeRegistry reg;
+  const std::string old_model = read_bytes(spm()), new_model = read_bytes(bpe());
+  reg.add_model("library/tiny:latest", {{"model", old_model}});
+  reg.add_model("library/keep:latest", {{"model", old_model}});  // another tag of the same bytes
+  const std::string store = temp_path("pulled-again"), name = reg.host() + "/library/tiny";
+  ASSERT_EQ(run("pull --insecure --store " + store + " " + name).status, 0);
+  ASSERT_EQ(run("pull --insecure --store " + store + " " + reg.host() + "/library/keep").status, 0);
+  reg.add_model("library/tiny:latest", {{"model", new_model}});
+  ASSERT_EQ(run("pull --insecure --store " + store + " " + name).status, 0);
+  EXPECT_TRUE(std::filesystem::exists(store + "/blobs/sha256-" + sha256_hex(old_model))) << "named by library/keep";
+  EXPECT_TRUE(std::filesystem::exists(store + "/blobs/sha256-" + sha256_hex(new_model)));
+  ASSERT_EQ(run("pull --delete --store " + store + " " + reg.host() + "/library/keep").status, 0);
+  reg.add_model("library/tiny:latest", {{"model", old_model}});
+  ASSERT_EQ(run("pull --insecure --store " + store + " " + name).status, 0);
+  EXPECT_FALSE(std::filesystem::exists(store + "/blobs/sha256-" + sha256_hex(new_model))) << "the replaced model's blob stays";
+  EXPECT_TRUE(std::filesystem::exists(store + "/blobs/sha256-" + sha256_hex(old_model)));
+}
+
 // Ctrl-C in the middle of a blob: exit 130, the partial file kept for the
 // next pull and nothing else; and a model larger than the disk's room is
 // refused before a byte is fetched.

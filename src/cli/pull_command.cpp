@@ -90,6 +90,7 @@ Command add_pull(CLI::App& app) {
     std::vector<std::string> names;
     std::string store;
     bool insecure = false, remove = false;
+    int stall_seconds = 60;
   };
   auto a = std::make_shared<Args>();
   sub->add_option("name", a->names,
@@ -99,6 +100,10 @@ Command add_pull(CLI::App& app) {
   sub->add_option("--store", a->store, "where pulled models go (default: $RECLAIM_MODELS, ~/.local/share/reclaim/models)");
   sub->add_flag("--insecure", a->insecure, "plain HTTP to the registry (a mirror on your own network)");
   sub->add_flag("--delete", a->remove, "remove these pulled models, and the blobs no other pulled model uses");
+  sub->add_option("--stall-seconds", a->stall_seconds,
+                  "drop a transfer that brings under 64 KiB in this many seconds (what came is kept for the next pull)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 86400));
   return [a] {
     const std::string store = a->store.empty() ? pulled_store_root() : a->store;
     if (a->remove) {
@@ -121,6 +126,7 @@ Command add_pull(CLI::App& app) {
     PullOptions o;
     o.store = store;
     o.insecure = a->insecure;
+    o.stall = std::chrono::seconds(a->stall_seconds);
     o.progress = [&view](const PullProgress& p) { view(p); };
     o.cancelled = [] { return g_interrupted.load(); };
     for (const std::string& name : a->names) {

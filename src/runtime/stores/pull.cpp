@@ -76,6 +76,28 @@ struct Sha256 {
   }
 };
 
+// Whether a transfer still moves: at least kMinStallBytes each window of
+// PullOptions::stall (the read timeout only catches a silence).
+class StallWatch {
+ public:
+  explicit StallWatch(std::chrono::seconds window) : window_(window), since_(std::chrono::steady_clock::now()) {}
+  // `n` bytes came; false: the window ended with too few.
+  bool moving(size_t n) {
+    bytes_ += static_cast<int64_t>(n);
+    const auto now = std::chrono::steady_clock::now();
+    if (now - since_ < window_) return true;
+    const bool enough = bytes_ >= kMinStallBytes;
+    since_ = now;
+    bytes_ = 0;
+    return enough;
+  }
+
+ private:
+  const std::chrono::seconds window_;
+  std::chrono::steady_clock::time_point since_;
+  int64_t bytes_ = 0;
+};
+
 void mkdirs(const std::string& dir) {
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -101,8 +123,9 @@ class Registry {
     const std::string path = "/v2/" + name_.ns + "/" + name_.model + "/manifests/" + name_.tag;
     // Read up to its bound, whatever a registry sends.
     std::string body;
-    bool too_large = false;
+    bool too_large = false, stopped = false, stalled = false;
     int status = 0;
+    StallWatch watch(options_.stall);
     auto r = client_.Get(
         path.c_str(), {{"Accept", kManifestType}, {"User-Agent", "reclaim"}},
         [&](const httplib::Response& res) {
@@ -114,10 +137,14 @@ class Registry {
             too_large = true;
             return false;
           }
+          stopped = options_.cancelled && options_.cancelled();
+          stalled = !stopped && !watch.moving(n);
           body.append(data, n);
-          return true;
+          return !stopped && !stalled;
         });
     if (too_large) throw PullError(PullError::Kind::network, "the manifest of '" + shown() + "' is over 1 MiB");
+    if (stopped) throw PullError(PullError::Kind::interrupted, "interrupted while the manifest of '" + shown() + "' came");
+    if (stalled) throw stalled_error("the manifest of '" + shown() + "'", "");
     if (!r) throw unreachable(r.error());
     if (status == 404 || status == 401 || status == 403) {
       throw PullError(PullError::Kind::not_found, "'" + shown() + "' is not a model " + name_.host + " has (HTTP " +
@@ -200,8 +227,9 @@ class Registry {
       if (have > 0) h.emplace("Range", "bytes=" + std::to_string(have) + "-");
       const std::string path = "/v2/" + name_.ns + "/" + name_.model + "/blobs/" + l.digest;
       int status = 0;
-      bool stopped = false, write_failed = false;
+      bool stopped = false, stalled = false, write_failed = false;
       int write_errno = 0;
+      StallWatch watch(options_.stall);
       auto r = client_.Get(
           path.c_str(), h,
           [&](const httplib::Response& res) {
@@ -227,7 +255,8 @@ class Registry {
             have += static_cast<int64_t>(n);
             fetched += static_cast<int64_t>(n);
             report("pulling " + l.hex.substr(0, 12), l, have);
-            return have <= l.size;
+            stalled = !watch.moving(n);
+            return have <= l.size && !stalled;
           });
       if (std::fflush(f) != 0 && !write_failed) {
         write_failed = true;
@@ -241,7 +270,18 @@ class Registry {
         throw PullError(PullError::Kind::interrupted, "interrupted: " + format_bytes(have) + " of " + format_bytes(l.size) +
                                                           " of " + l.digest + " kept; pull again to go on");
       }
+      if (stalled) {
+        throw stalled_error(l.digest, " (" + format_bytes(have) + " of " + format_bytes(l.size) + " kept; pull again to go on)");
+      }
       if (status == 404) throw PullError(PullError::Kind::not_found, name_.host + " has no blob " + l.digest);
+      if (status == 416) {
+        // The registry has no bytes past what is kept: the part kept is not
+        // of the blob the manifest names, and cannot be continued.
+        closer.reset();
+        std::remove(partial.c_str());
+        throw PullError(PullError::Kind::network, name_.host + " has no bytes of " + l.digest + " past the " + format_bytes(have) +
+                                                      " kept (HTTP 416): they are removed; pull again to start it over");
+      }
       if (status != 0 && status != 200 && status != 206) {
         throw PullError(PullError::Kind::network, name_.host + " answered blob " + l.digest + " with HTTP " + std::to_string(status));
       }
@@ -269,6 +309,11 @@ class Registry {
   std::string shown() const { return name_.host + "/" + name_.ns + "/" + name_.model + ":" + name_.tag; }
 
  private:
+  PullError stalled_error(const std::string& what, const std::string& after) const {
+    return PullError(PullError::Kind::network, name_.host + " sent " + what + " at under " + format_bytes(kMinStallBytes) +
+                                                   " in " + std::to_string(options_.stall.count()) + " s: dropped as stalled" + after);
+  }
+
   PullError unreachable(httplib::Error e) const {
     const bool cert = e == httplib::Error::SSLServerVerification;
     return PullError(PullError::Kind::network, "cannot reach " + base_ + ": " + httplib::to_string(e) +
@@ -296,6 +341,38 @@ void write_atomically(const std::string& path, const std::string& text) {
     std::remove(tmp.c_str());
     throw PullError(PullError::Kind::disk, "cannot write '" + path + "': " + std::strerror(errno));
   }
+}
+
+// The blobs a manifest's text names, by their hex digests.
+std::set<std::string> digests_of(const std::string& text) {
+  std::set<std::string> out;
+  const json m = json::parse(text, nullptr, false);
+  if (!m.is_object()) return out;
+  auto add = [&](const json& l) {
+    if (l.is_object() && l.contains("digest") && l["digest"].is_string()) out.insert(hex_digest(l["digest"].get<std::string>()));
+  };
+  if (m.contains("config")) add(m["config"]);
+  if (m.contains("layers") && m["layers"].is_array()) {
+    for (const json& l : m["layers"]) add(l);
+  }
+  out.erase("");
+  return out;
+}
+
+// Removes each blob of `candidates` that no manifest in `store` names. None
+// where a manifest cannot be read: its blobs may be among them.
+void remove_unnamed_blobs(const std::string& store, std::set<std::string> candidates) {
+  std::error_code ec;
+  for (fs::recursive_directory_iterator it(store + "/manifests", ec), end; !ec && it != end; it.increment(ec)) {
+    if (!it->is_regular_file()) continue;
+    try {
+      for (const std::string& d : digests_of(stores::read_small_file(it->path().string(), kMaxManifest))) candidates.erase(d);
+    } catch (const std::exception&) {
+      return;
+    }
+  }
+  if (ec && ec != std::errc::no_such_file_or_directory) return;
+  for (const std::string& d : candidates) std::remove((store + "/blobs/sha256-" + d).c_str());
 }
 
 }  // namespace
@@ -379,7 +456,17 @@ PullResult pull_model(const std::string& name, const PullOptions& options) {
   }
   if (options.progress) options.progress({"writing manifest", "", 0, 0});
   out.manifest = options.store + "/manifests/" + n.manifest_path();
+  // The tag's blobs before this pull: those the new manifest no longer
+  // names, nor any other, go with it (a tag pulled again each week would
+  // keep every week's model otherwise).
+  std::set<std::string> before;
+  try {
+    before = digests_of(stores::read_small_file(out.manifest, kMaxManifest));
+  } catch (const std::exception&) {
+  }
   write_atomically(out.manifest, text);
+  for (const std::string& d : digests_of(text)) before.erase(d);
+  if (!before.empty()) remove_unnamed_blobs(options.store, std::move(before));
   if (options.progress) options.progress({"success", "", 0, 0});
   return out;
 }
@@ -393,31 +480,9 @@ bool delete_pulled(const std::string& store, const std::string& name, bool hf_sh
   } catch (const std::exception&) {
     return false;
   }
-  auto digests_of = [](const std::string& t) {
-    std::set<std::string> out;
-    const json m = json::parse(t, nullptr, false);
-    if (!m.is_object()) return out;
-    auto add = [&](const json& l) {
-      if (l.is_object() && l.contains("digest") && l["digest"].is_string()) out.insert(hex_digest(l["digest"].get<std::string>()));
-    };
-    if (m.contains("config")) add(m["config"]);
-    if (m.contains("layers") && m["layers"].is_array()) {
-      for (const json& l : m["layers"]) add(l);
-    }
-    out.erase("");
-    return out;
-  };
-  std::set<std::string> gone = digests_of(text);
   if (std::remove(manifest.c_str()) != 0) throw Error("cannot remove '" + manifest + "': " + std::strerror(errno));
+  remove_unnamed_blobs(store, digests_of(text));
   std::error_code ec;
-  for (const auto& e : fs::recursive_directory_iterator(store + "/manifests", ec)) {
-    if (!e.is_regular_file()) continue;
-    try {
-      for (const std::string& d : digests_of(stores::read_small_file(e.path().string(), kMaxManifest))) gone.erase(d);
-    } catch (const std::exception&) {
-    }
-  }
-  for (const std::string& d : gone) std::remove((store + "/blobs/sha256-" + d).c_str());
   // The folders the manifest was alone in.
   for (fs::path dir = fs::path(manifest).parent_path(); dir != fs::path(store + "/manifests"); dir = dir.parent_path()) {
     if (!fs::is_empty(dir, ec) || ec) break;

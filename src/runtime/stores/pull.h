@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <chrono>
 #include <functional>
 #include <string>
 #include <vector>
@@ -54,7 +55,14 @@ struct PullOptions {
   bool hf_short_names = true;  // parse_pull_name's
   std::function<void(const PullProgress&)> progress;
   std::function<bool()> cancelled;  // polled as bytes come
+  // A transfer that brings fewer than kMinStallBytes in this long is
+  // dropped as stalled (a partial blob stays, for the next pull to go on
+  // from): a registry that trickles a byte a minute would hold the pull, and
+  // a server's one pull at a time, for ever.
+  std::chrono::seconds stall{60};
 };
+
+inline constexpr int64_t kMinStallBytes = 64 << 10;
 
 struct PullResult {
   std::string manifest;  // its path in the store

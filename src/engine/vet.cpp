@@ -363,7 +363,11 @@ int vet_child_main(int argc, char** argv) {
   VetProgress progress;
   progress.loaded = [] { write_line(std::string(kLoadedLine) + "\n"); };
   progress.estimated = [](const VetReport& early) { write_line(json{{kEstimatedKey, to_json(early)}}.dump() + "\n"); };
-  const VetReport r = vet_here(q, progress);
+  VetReport r = vet_here(q, progress);
+  // The parent keeps no template text of a verdict, and a file's of over
+  // 16 MiB would cut the line at the child's stdout bound: no verdict, and
+  // the file vetted again at each load.
+  r.info.chat_template.clear();
   const std::string line = to_json(r).dump() + "\n";
   std::fwrite(line.data(), 1, line.size(), stdout);
   std::fflush(stdout);

@@ -253,6 +253,34 @@ TEST(HostileText, AGrammarTooCostlyForTheVocabularyIsA400) {
   s.expect_clean();
 }
 
+// A grammar that no token of the vocabulary can go on (it asks for a NUL)
+// is a 400 naming it, whatever the sampler would have picked from a
+// vocabulary all refused: with GPT-NeoX's, MPT's or StarCoder's vocabulary,
+// whose token 0 ends the text, greedy sampling handed the grammar that
+// token and llama.cpp aborted the process. The server answers after.
+TEST(HostileText, AGrammarThatNoTokenCanGoOnIsA400AndTheServerGoesOn) {
+  const std::string neox = temp_path("neox.gguf");
+  const Result made = run("make-test-model --out " + neox + " --vocab gpt-neox --embd 64 --layers 2 --type f16");
+  ASSERT_EQ(made.status, 0) << made.out;
+  Served s({"-m", neox + ":neox", "-m", bpe() + ":bpe"}, false);
+  for (const char* model : {"neox", "bpe"}) {
+    for (double temperature : {0.0, 1.0}) {
+      const json body = {{"model", model}, {"prompt", "hi"}, {"max_tokens", 4}, {"temperature", temperature},
+                         {"grammar", "root ::= \"\\x00\""}};
+      auto r = s.post("/v1/completions", body);
+      ASSERT_TRUE(r) << model << " " << temperature << ": the server did not answer";
+      EXPECT_EQ(r->status, 400) << r->body;
+      const json e = json::parse(r->body)["error"];
+      EXPECT_EQ(e["code"], "grammar_dead_end") << r->body;
+      EXPECT_EQ(e["param"], "grammar") << r->body;
+    }
+  }
+  const json good = {{"model", "neox"}, {"prompt", "hi"}, {"max_tokens", 2}, {"temperature", 0}};
+  EXPECT_EQ(s.post("/v1/completions", good)->status, 200);
+  for (const char* m : {"neox", "bpe"}) s.post("/v1/models/unload", {{"model", m}});
+  s.expect_clean();
+}
+
 // A client that leaves while its grammar weighs a token stops that step:
 // the request is counted as gone, not as the error its time bound gives.
 TEST(HostileText, AClientThatLeavesStopsItsGrammarsStep) {

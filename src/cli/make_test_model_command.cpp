@@ -22,7 +22,7 @@ Command add_make_test_model(CLI::App& app) {
   };
   auto a = std::make_shared<Args>();
   sub->add_option("--out,-o", a->out, "output file")->required();
-  sub->add_option("--vocab", a->vocab, "spm, bpe (qwen2), a vocab GGUF file, or none (token ids only, 128 of them)")->capture_default_str();
+  sub->add_option("--vocab", a->vocab, "spm, bpe (qwen2), another of llama.cpp's models/ggml-vocab-NAME.gguf by NAME (gpt-neox), a vocab GGUF file, or none (token ids only, 128 of them)")->capture_default_str();
   sub->add_option("--size", a->size, "target size, e.g. 300MiB (or give --embd and --layers)");
   sub->add_option("--embd", a->embd, "embedding width (multiple of 64)");
   sub->add_option("--layers", a->layers, "number of blocks");

@@ -178,6 +178,16 @@ class GrammarTooCostly : public Error {
   using Error::Error;
 };
 
+// A grammar that allows no token of the model's vocabulary after the text
+// it has accepted (one that asks for a NUL, say): it cannot be completed
+// with this model (a 400 naming `grammar`). Sampling on would hand the
+// grammar a token it refused, and llama.cpp aborts the process where that
+// token ends the text.
+class GrammarDeadEnd : public Error {
+ public:
+  using Error::Error;
+};
+
 // False for a model without a tokenizer (llama.cpp's no_vocab): it takes and
 // gives token ids only, and llama.cpp asserts on any text operation.
 bool has_tokenizer(const llama_vocab* vocab);

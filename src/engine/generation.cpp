@@ -161,6 +161,11 @@ llama_token Generation::sample_with_grammar(const float* logits) {
     if (std::isinf(one.logit) && one.logit < 0) {
       arr = fill(logits);
       mask_with_grammar(arr);
+      const bool any = std::any_of(arr.data, arr.data + arr.size, [](const llama_token_data& d) { return std::isfinite(d.logit); });
+      if (!any) {
+        throw GrammarDeadEnd("the grammar allows no token of this model's vocabulary after the " +
+                             std::to_string(result_.tokens.size()) + " tokens it accepted: it cannot be completed");
+      }
       t = pick(arr);
     }
     llama_sampler_accept(grammar_.get(), t);

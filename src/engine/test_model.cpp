@@ -113,6 +113,7 @@ std::string vocab_file(const std::string& vocab) {
   std::string file;
   if (vocab == "spm") file = "ggml-vocab-llama-spm.gguf";
   else if (vocab == "bpe") file = "ggml-vocab-qwen2.gguf";
+  else if (vocab.find('/') == std::string::npos && vocab.find('.') == std::string::npos) file = "ggml-vocab-" + vocab + ".gguf";
   else return vocab;
   const char* env = std::getenv("RECLAIM_VOCAB_DIR");
   std::string dir = env && *env ? env : RECLAIM_LLAMA_VOCAB_DIR;

@@ -14,7 +14,8 @@ namespace reclaim {
 inline constexpr int64_t kNoVocabTokens = 128;
 
 struct TestModelSpec {
-  // "spm", "bpe", a path to a vocab GGUF, or "none": no tokenizer, only
+  // "spm", "bpe", another of llama.cpp's models/ggml-vocab-NAME.gguf by its
+  // NAME ("gpt-neox"), a path to a vocab GGUF, or "none": no tokenizer, only
   // token ids (llama.cpp's no_vocab), as llama.cpp's own small test models.
   std::string vocab = "bpe";
   std::string type = "f16";   // f32, f16 or q8_0

@@ -49,6 +49,7 @@ ApiError to_api_error(const std::exception& ex) {
   if (dynamic_cast<const BadPrompt*>(&ex)) return {400, "invalid_request_error", "invalid_prompt", m, 0};
   if (dynamic_cast<const BadImage*>(&ex)) return {400, "invalid_request_error", "invalid_image", m, 0};
   if (dynamic_cast<const GrammarTooCostly*>(&ex)) return {400, "invalid_request_error", "grammar_too_costly", m, 0, "grammar"};
+  if (dynamic_cast<const GrammarDeadEnd*>(&ex)) return {400, "invalid_request_error", "grammar_dead_end", m, 0, "grammar"};
   if (auto* p = dynamic_cast<const PullError*>(&ex)) {
     switch (p->kind()) {
       case PullError::Kind::bad_name: return {400, "invalid_request_error", "invalid_model_name", m, 0};

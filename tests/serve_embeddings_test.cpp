@@ -108,6 +108,23 @@ TEST(ServeEmbeddings, OneOrManyInputsTextOrIdsFloatsOrBase64) {
   s.expect_clean();
 }
 
+// An input is held to a sequence of the model's batch (--ctx, what the
+// memory budget counted), not the model's training context: the context
+// made for it is as long as it, and its attention's buffer grows with its
+// square.
+TEST(ServeEmbeddings, AnInputLongerThanASequenceOfTheBatchIsA400) {
+  Served s({"--ctx", "512"});
+  json within = json::array(), over = json::array();
+  for (int i = 0; i < 500; ++i) within.push_back(1820);
+  for (int i = 0; i < 600; ++i) over.push_back(1820);
+  const json ok = s.post_json("/v1/embeddings", {{"model", "bpe"}, {"input", within}});
+  EXPECT_EQ(ok["usage"]["prompt_tokens"], 500) << ok.dump();
+  auto r = s.post("/v1/embeddings", {{"model", "bpe"}, {"input", over}});
+  expect_error(r, 400, "600 tokens, longer than the model's context of 512");
+  EXPECT_EQ(json::parse(r->body)["error"]["code"], "context_length_exceeded") << r->body;
+  s.expect_clean();
+}
+
 // POST /rerank as Jina's, Cohere's and TEI's clients send it, on a reranker
 // as llama.cpp converts Qwen3-Reranker (make-test-model --reranker): each
 // document's score is its own pair's, whatever else is ranked with it.

@@ -76,6 +76,16 @@ TEST(Images, EachHostileOneIsABadImageSayingWhichAndWhy) {
   EXPECT_TRUE(has(why, "image 2") && has(why, "5000 x 5000")) << why;
   why = refusal(p, std::vector<std::string>(17, good));
   EXPECT_TRUE(has(why, "17 images")) << why;
+  // Each within its own bound, too many pixels together: refused at the
+  // image that goes over, by the headers alone (a decode of the five would
+  // hold 240 MiB).
+  why = refusal(p, std::vector<std::string>(5, png(4096, 4096, 0, 1, 1)));
+  EXPECT_TRUE(has(why, "up to image 5") && has(why, "together")) << why;
+  ImageLimits two;
+  two.max_request_pixels = 2 * 16 * 16;
+  EXPECT_EQ(refusal(p, {png(16, 16), png(16, 16)}, two), "");
+  why = refusal(p, {png(16, 16), png(16, 16), png(8, 8)}, two);
+  EXPECT_TRUE(has(why, "up to image 3")) << why;
   EXPECT_TRUE(has(refusal(p, std::vector<std::string>(3000, good)), "3000 images"));
   ImageLimits small;
   small.max_bytes = 1000;

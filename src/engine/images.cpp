@@ -16,8 +16,9 @@ namespace {
 
 std::string nth(size_t i) { return "image " + std::to_string(i + 1); }
 
-// What the header says, and the bound it must keep, before any decoding.
-void check_claim(size_t i, const std::string& file, const ImageLimits& limits) {
+// What the header says, and the bound it must keep, before any decoding:
+// the pixels it claims.
+int64_t check_claim(size_t i, const std::string& file, const ImageLimits& limits) {
   if (file.empty()) throw BadImage(nth(i) + " is empty");
   if (file.size() > limits.max_bytes) {
     throw BadImage(nth(i) + " is " + format_bytes(file.size()) + ", more than the " + format_bytes(limits.max_bytes) +
@@ -37,6 +38,7 @@ void check_claim(size_t i, const std::string& file, const ImageLimits& limits) {
     throw BadImage(nth(i) + " claims " + std::to_string(h.width) + " x " + std::to_string(h.height) +
                    " pixels, more than the " + std::to_string(limits.max_pixels) + " an image may have");
   }
+  return h.width * h.height;
 }
 
 }  // namespace
@@ -46,7 +48,14 @@ void check_image_files(const std::vector<std::string>& files, const ImageLimits&
     throw BadImage(std::to_string(files.size()) + " images, more than the " + std::to_string(limits.max_images) +
                    " a request may bring");
   }
-  for (size_t i = 0; i < files.size(); ++i) check_claim(i, files[i], limits);
+  int64_t pixels = 0;
+  for (size_t i = 0; i < files.size(); ++i) {
+    pixels += check_claim(i, files[i], limits);
+    if (pixels > limits.max_request_pixels) {
+      throw BadImage("the images up to " + nth(i) + " claim " + std::to_string(pixels) + " pixels, more than the " +
+                     std::to_string(limits.max_request_pixels) + " a request's images may have together");
+    }
+  }
 }
 
 RequestImages::RequestImages(Scope& scope, const Projector* projector, const std::vector<std::string>& files,

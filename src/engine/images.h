@@ -23,6 +23,10 @@ class Projector;
 struct ImageLimits {
   size_t max_images = 16;               // in one request
   int64_t max_pixels = 4096LL * 4096;   // of one image, decoded (3 bytes each)
+  // Of all of a request's images together: their bitmaps are held at once
+  // until they are preprocessed (16 of the most would be 768 MiB from a few
+  // megabytes of PNG); 4 of the largest, or 32 full-HD screenshots.
+  int64_t max_request_pixels = 4 * 4096LL * 4096;
   size_t max_bytes = 32u << 20;         // of one image's file
 };
 

@@ -132,7 +132,7 @@ TEST(ServeRerank, RanksEachDocumentByItsOwnPairInJinasAndTeisShapes) {
   const std::string ranker = reclaim::testing::temp_path("ranker.gguf");
   const Result made = run("make-test-model --out " + ranker + " --vocab bpe --embd 64 --layers 2 --type f32 --reranker");
   ASSERT_EQ(made.status, 0) << made.out;
-  Served s({"-m", ranker + ":ranker", "-m", bpe() + ":bpe"}, false);
+  Served s({"-m", ranker + ":ranker", "-m", bpe() + ":bpe", "--ctx", "2048"}, false);
   const std::vector<std::string> docs = {"A machine applies forces.", "Learning is acquiring knowledge.",
                                          "Machine learning learns from data.", "Paris est la capitale."};
   const json body = {{"model", "ranker"}, {"query", "Machine learning is"}, {"documents", docs}};
@@ -202,6 +202,13 @@ TEST(ServeRerank, RanksEachDocumentByItsOwnPairInJinasAndTeisShapes) {
   expect_error(s.post("/rerank", with_fields(body, {{"query", 5}})), 400, "'query' must be a string");
   expect_error(s.post("/rerank", with_fields(body, {{"top_n", 0}})), 400, "top_n");
   expect_error(s.post("/rerank", with_fields(body, {{"documents", std::vector<std::string>(1001, "x")}})), 400, "at most 1000");
+  // A query of 1,100 tokens paired with 1,000 documents is over a million
+  // tokens to decode, from a body of 3 KB: refused before the first.
+  std::string long_query;
+  for (int i = 0; i < 1100; ++i) long_query += " a";
+  auto costly = s.post("/rerank", with_fields(body, {{"query", long_query}, {"documents", std::vector<std::string>(1000, "x")}}));
+  expect_error(costly, 400, "tokens in all");
+  EXPECT_EQ(json::parse(costly->body)["error"]["param"], "documents") << costly->body;
   expect_error(s.post("/rerank", with_fields(body, {{"model", "bpe"}})), 400, "not a reranker");
   expect_error(s.post("/v1/embeddings", {{"model", "ranker"}, {"input", "x"}}), 400, "reranker");
   expect_error(s.post("/rerank", with_fields(body, {{"model", "nope"}})), 404, "nope");

@@ -30,6 +30,17 @@ std::optional<enum llama_pooling_type> pooling_from_name(const std::string& name
   return std::nullopt;
 }
 
+// As llama-server holds an input to its slot's context. A model without a
+// batch (a test's, the command line's) takes its training context.
+size_t pooled_input_limit(Model& model) {
+  size_t n_ctx = static_cast<size_t>(std::max<int64_t>(0, model.info().n_ctx_train));
+  if (const Batcher* b = model.batcher()) {
+    const auto seq = static_cast<size_t>(b->n_ctx_seq());
+    n_ctx = n_ctx > 0 ? std::min(n_ctx, seq) : seq;
+  }
+  return n_ctx;
+}
+
 bool decode_pooled(Model& model, const std::vector<std::vector<llama_token>>& inputs, enum llama_pooling_type pooling,
                    const CancelToken* cancel, const std::function<void()>& tick,
                    const std::function<void(size_t index, const float* out)>& take) {
@@ -40,18 +51,7 @@ bool decode_pooled(Model& model, const std::vector<std::vector<llama_token>>& in
     longest = std::max(longest, inputs[i].size());
   }
   if (inputs.empty()) throw BadPrompt("no input");
-  // The context made for the inputs is as long as the longest, and its
-  // compute buffer grows with its square (attention over one batch of it):
-  // no longer than a sequence of the model's batch, what the operator sized
-  // (--ctx over --parallel) and its memory budget counted, as llama-server
-  // holds an input to its slot's context. A model without a batch takes
-  // its training context.
-  size_t n_ctx = static_cast<size_t>(std::max<int64_t>(0, model.info().n_ctx_train));
-  if (const Batcher* b = model.batcher()) {
-    const auto seq = static_cast<size_t>(b->n_ctx_seq());
-    n_ctx = n_ctx > 0 ? std::min(n_ctx, seq) : seq;
-  }
-  if (n_ctx > 0 && longest > n_ctx) {
+  if (const size_t n_ctx = pooled_input_limit(model); n_ctx > 0 && longest > n_ctx) {
     throw ContextOverflow("an input is " + std::to_string(longest) + " tokens, longer than the model's context of " +
                               std::to_string(n_ctx) + " (a sequence of its batch)",
                           static_cast<int32_t>(longest), static_cast<int32_t>(n_ctx));

@@ -36,6 +36,12 @@ inline constexpr const char* kPoolingNames = "none, mean, cls, last or rank";
 // vector kept, and written out, until the request ends.
 inline constexpr size_t kMaxEmbedInputs = 2048;
 
+// The longest input decode_pooled takes: a sequence of the model's batch
+// (--ctx, what its memory budget counted), at most its training context.
+// The context made for the inputs is as long as the longest, and its
+// attention's buffer grows with its square. 0: no bound known.
+size_t pooled_input_limit(Model& model);
+
 // Each input decoded whole, in a context of its own made for `pooling`, and
 // its pooled output (n_embd floats, or the classifier's labels under rank
 // pooling) handed to `take` with the input's index. Checks the inputs first

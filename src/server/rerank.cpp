@@ -25,6 +25,10 @@ using nlohmann::json;
 
 namespace {
 
+// The tokens of all of a request's pairs together, at most: each pair is
+// decoded on its own, the query in each.
+constexpr size_t kMaxRerankTokens = size_t{1} << 20;
+
 // Cohere's limit on one request's documents: each is a decode of its own,
 // and a client with more sends them in several requests.
 constexpr size_t kMaxDocuments = 1000;
@@ -88,17 +92,27 @@ void Server::rerank_documents(const httplib::Request& http_req, httplib::Respons
     }
     // The query alone over the model's context is refused before it is paired
     // with a thousand documents (a pair is the query's length and more).
-    const auto n_train = static_cast<size_t>(std::max(1, model.info().n_ctx_train));
-    if (const size_t q = tokenize(model.vocab(), req.query, false, false).size(); q > n_train) {
+    const size_t n_ctx = std::max<size_t>(1, pooled_input_limit(model));
+    if (const size_t q = tokenize(model.vocab(), req.query, false, false).size(); q > n_ctx) {
       throw ContextOverflow("the query is " + std::to_string(q) + " tokens, longer than the model's context of " +
-                                std::to_string(n_train),
-                            static_cast<int32_t>(std::min<size_t>(q, INT32_MAX)), static_cast<int32_t>(n_train));
+                                std::to_string(n_ctx),
+                            static_cast<int32_t>(std::min<size_t>(q, INT32_MAX)), static_cast<int32_t>(n_ctx));
     }
+    // Each pair is decoded on its own: the query's tokens count once a
+    // document, which a body does not bound.
     std::vector<std::vector<llama_token>> pairs;
+    size_t tokens = 0;
     for (const std::string& d : req.documents) {
       run->tick();
       if (run->client_gone()) throw ClientGone("the client left while its documents were read");
       pairs.push_back(rerank_tokens(model, req.query, d));
+      tokens += pairs.back().size();
+      if (tokens > kMaxRerankTokens) {
+        bad_field("documents", "the query paired with each document is over " + std::to_string(kMaxRerankTokens) +
+                                   " tokens in all (by document " + std::to_string(pairs.size()) +
+                                   " of " + std::to_string(req.documents.size()) + "), the most a request may decode: fewer "
+                                   "documents, or a shorter query");
+      }
     }
     const RerankResult r = rerank(model, pairs, &run->cancel(), [&run] { run->tick(); });
     switch (run->finish(r)) {

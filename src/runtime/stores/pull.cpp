@@ -203,6 +203,12 @@ class Registry {
     if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
       throw PullError(PullError::Kind::network, "another pull is fetching " + l.digest + " into " + partial + " now");
     }
+    // Another pull finished it between our look and our lock: the partial
+    // file this open made is not needed.
+    if (file_size(final_path) == l.size) {
+      std::remove(partial.c_str());
+      return 0;
+    }
     int64_t have = std::max<int64_t>(0, file_size(partial));
     if (have > l.size) have = 0;  // not this blob's start
     if (have > 0) {  // what came before, into the digest
@@ -277,8 +283,7 @@ class Registry {
       if (status == 416) {
         // The registry has no bytes past what is kept: the part kept is not
         // of the blob the manifest names, and cannot be continued.
-        closer.reset();
-        std::remove(partial.c_str());
+        std::remove(partial.c_str());  // under the lock, as every change to the file
         throw PullError(PullError::Kind::network, name_.host + " has no bytes of " + l.digest + " past the " + format_bytes(have) +
                                                       " kept (HTTP 416): they are removed; pull again to start it over");
       }
@@ -293,13 +298,14 @@ class Registry {
     }
     report("verifying sha256 digest", l, have);
     if (have != l.size || sha.hex() != l.hex) {
-      closer.reset();
       std::remove(partial.c_str());  // wrong bytes cannot be continued
       throw PullError(PullError::Kind::checksum, "blob " + l.digest + " came with other bytes (" + format_bytes(have) +
                                                      ", a different sha256): refused and removed");
     }
     if (::fsync(::fileno(f)) != 0) throw PullError(PullError::Kind::disk, "cannot write '" + partial + "': " + std::strerror(errno));
-    closer.reset();
+    // Renamed while still locked: a pull of the same blob in another process
+    // that waited for the lock finds the blob in place, not a partial file
+    // it would fetch again into a name about to go.
     if (std::rename(partial.c_str(), final_path.c_str()) != 0) {
       throw PullError(PullError::Kind::disk, "cannot rename '" + partial + "': " + std::strerror(errno));
     }

@@ -360,6 +360,8 @@ TEST(BadInput, FieldsThatWouldCostOutOfProportionOrHaveTheWrongTypeAreNamed) {
       {"an Ollama stop of 257 bytes", "/api/chat", with(ollama, {{"options", {{"stop", {std::string(257, 's')}}}}}),
        "options.stop", "257 bytes"},
       {"a stop of 257 bytes", "/v1/chat/completions", with(chat, {{"stop", std::string(257, 's')}}), "stop", "257 bytes"},
+      {"an Anthropic stop of 257 bytes", "/v1/messages", with(message, {{"stop_sequences", {std::string(257, 's')}}}),
+       "stop_sequences", "257 bytes"},
       {"n of 2 on llama-server's /completion", "/completion", {{"model", "bpe"}, {"prompt", "x"}, {"n", 2}}, "n",
        "lists of choices"},
       {"a logit bias of token 01", "/v1/chat/completions", with(chat, {{"logit_bias", {{"01", 5}}}}), "logit_bias", "'01'"},

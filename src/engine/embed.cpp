@@ -1,6 +1,8 @@
 #include "engine/embed.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <mutex>
 
 #include "engine/batcher.h"
@@ -41,6 +43,14 @@ size_t pooled_input_limit(Model& model) {
   return n_ctx;
 }
 
+void check_pooled_length(Model& model, size_t tokens, const std::string& what) {
+  const size_t n_ctx = pooled_input_limit(model);
+  if (n_ctx == 0 || tokens <= n_ctx) return;
+  throw ContextOverflow(what + " is " + std::to_string(tokens) + " tokens, longer than the model's context of " +
+                            std::to_string(n_ctx) + " (a sequence of its batch)",
+                        static_cast<int32_t>(std::min<size_t>(tokens, INT32_MAX)), static_cast<int32_t>(n_ctx));
+}
+
 bool decode_pooled(Model& model, const std::vector<std::vector<llama_token>>& inputs, enum llama_pooling_type pooling,
                    const CancelToken* cancel, const std::function<void()>& tick,
                    const std::function<void(size_t index, const float* out)>& take) {
@@ -51,11 +61,7 @@ bool decode_pooled(Model& model, const std::vector<std::vector<llama_token>>& in
     longest = std::max(longest, inputs[i].size());
   }
   if (inputs.empty()) throw BadPrompt("no input");
-  if (const size_t n_ctx = pooled_input_limit(model); n_ctx > 0 && longest > n_ctx) {
-    throw ContextOverflow("an input is " + std::to_string(longest) + " tokens, longer than the model's context of " +
-                              std::to_string(n_ctx) + " (a sequence of its batch)",
-                          static_cast<int32_t>(longest), static_cast<int32_t>(n_ctx));
-  }
+  check_pooled_length(model, longest, "an input");
   // The whole of an input in one batch: pooling reads every output of it.
   SessionOptions o;
   o.n_ctx = static_cast<int32_t>(longest);

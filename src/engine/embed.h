@@ -41,6 +41,9 @@ inline constexpr size_t kMaxEmbedInputs = 2048;
 // The context made for the inputs is as long as the longest, and its
 // attention's buffer grows with its square. 0: no bound known.
 size_t pooled_input_limit(Model& model);
+// Throws ContextOverflow where `tokens` of `what` ("an input", "the query")
+// are over pooled_input_limit.
+void check_pooled_length(Model& model, size_t tokens, const std::string& what);
 
 // Each input decoded whole, in a context of its own made for `pooling`, and
 // its pooled output (n_embd floats, or the classifier's labels under rank

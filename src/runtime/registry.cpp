@@ -99,12 +99,12 @@ int64_t Registry::estimate_for_locked(std::unique_lock<std::mutex>& lock, Entry&
   // Made without the lock: a reconfiguration meanwhile makes it again, for
   // the spec the load will take.
   for (;;) {
-    const uint64_t generation = e.spec_generation;
-    if (std::optional<int64_t> estimate = estimate_once_locked(lock, e, generation)) return *estimate;
+    if (std::optional<int64_t> estimate = estimate_once_locked(lock, e)) return *estimate;
   }
 }
 
-std::optional<int64_t> Registry::estimate_once_locked(std::unique_lock<std::mutex>& lock, Entry& e, uint64_t generation) {
+std::optional<int64_t> Registry::estimate_once_locked(std::unique_lock<std::mutex>& lock, Entry& e) {
+  const uint64_t generation = e.spec_generation;
   ModelLoad load = model_load(e);
   const VetRequest vet = catalogue_.vet_request(e);
   const std::optional<VetRequest> draft = catalogue_.draft_vet_request(e);
@@ -146,6 +146,7 @@ std::optional<int64_t> Registry::estimate_once_locked(std::unique_lock<std::mute
       add(options_.vetter ? options_.vetter->vet_to_load(*draft).estimate : estimate_memory(draft_load, draft->context));
     }
   } catch (const std::exception& ex) {
+    if (generation != e.spec_generation) return std::nullopt;  // of a file the model no longer names
     e.last_error = ex.what();
     throw;
   }
@@ -261,7 +262,7 @@ void Registry::unload(const std::string& name, UnloadMode mode, Millis timeout) 
   std::unique_lock lock(mu_);
   Entry& e = catalogue_.find(name);
   unload_locked(lock, e, mode, timeout);
-  if (e.retired) reaper_cv_.notify_all();  // it may be dropped now
+  retired_let_go(e);
 }
 
 void Registry::unload_all(UnloadMode mode, Millis timeout) {
@@ -303,14 +304,14 @@ void Registry::finish_unload_locked(std::unique_lock<std::mutex>& lock, Entry& e
     sched_.guesses_kept += b->guesses_kept();
   }
   cv_.notify_all();
-  lock.unlock();
+  const std::string name = e.spec.name;  // a reconfiguration may change the spec meanwhile
   const Steady::time_point t0 = Steady::now();
-  model.reset();
-  const double ms = ms_since(t0);
-  if (options_.log || log_topic_enabled("models")) {
-    std::fprintf(stderr, "reclaim: unloaded '%s' in %.0f ms\n", e.spec.name.c_str(), ms);
+  {
+    Unlocked unlocked(lock);
+    model.reset();
   }
-  lock.lock();
+  const double ms = ms_since(t0);
+  if (options_.log || log_topic_enabled("models")) std::fprintf(stderr, "reclaim: unloaded '%s' in %.0f ms\n", name.c_str(), ms);
   e.change(LifeEvent::freed);
   if (e.next_spec) {
     // Reconfigured while loaded: the next load takes the new settings.

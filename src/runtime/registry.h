@@ -60,18 +60,17 @@
 
 namespace reclaim {
 
-
-// How a request waits in acquire() or load().
-// What one request's waits share. Its ticket in its model's line for a
-// running slot keeps its place (0: none yet); its model's place in the line
-// for room is kept as long as another request waits with it (a request alone
-// there joins the line again at its end). When it began waiting: its waits
-// count as one wait from then, and --queue-timeout runs from then.
+// What one request's waits share: its ticket in its model's line for a
+// running slot, which keeps its place (0: none yet), and when it began
+// waiting, from which its waits count as one and --queue-timeout runs.
+// (Its model's place in the line for room is kept as long as another
+// request waits with it; a request alone there joins the line again.)
 struct WaitKept {
   uint64_t slot_ticket = 0;
   std::chrono::steady_clock::time_point began{};  // epoch: not waited yet
 };
 
+// How a request waits in acquire() or load().
 struct Wait {
   // Polled at least every `poll` while waiting, without the registry's lock
   // (it may write a keep-alive to its client); false: the client is gone and
@@ -197,7 +196,7 @@ class Registry {
   // a new one (in the vetting child). Drops the lock while it estimates.
   int64_t estimate_for_locked(std::unique_lock<std::mutex>& lock, Entry& e);
   // One try of it: none where the spec changed (spec_generation) meanwhile.
-  std::optional<int64_t> estimate_once_locked(std::unique_lock<std::mutex>& lock, Entry& e, uint64_t generation);
+  std::optional<int64_t> estimate_once_locked(std::unique_lock<std::mutex>& lock, Entry& e);
   // Sets the keep-alive deadline of a model nobody holds.
   void set_expiry_locked(Entry& e, std::optional<Millis> keep_alive = std::nullopt);
 
@@ -228,6 +227,10 @@ class Registry {
   void finish_unload_locked(std::unique_lock<std::mutex>& lock, Entry& e);
   void release_lease(Lease& lease) noexcept;
   void count_wait_locked(Steady::time_point began);  // a request's wait, ended
+  // A wait on `e` ended: where it is retired, the reaper may drop it now.
+  void retired_let_go(const Entry& e) const {
+    if (e.retired) reaper_cv_.notify_all();
+  }
   void reaper();
   void wake_reaper() noexcept;  // to stop: the reaper's body returns
 
@@ -235,7 +238,7 @@ class Registry {
   Scope scope_;
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;  // any state or lease change
-  std::condition_variable reaper_cv_;
+  mutable std::condition_variable reaper_cv_;  // const: a status wait may wake it (retired_let_go)
   uint64_t devices_idle_events_ = 0;  // each time the last loaded model goes
   Catalogue catalogue_;  // after options_, which it reads
   Line line_;

@@ -115,8 +115,13 @@ ModelStatus Registry::status(const std::string& name) const {
 bool Registry::wait_for_state(const std::string& name, ModelState state, Millis timeout) const {
   std::unique_lock lock(mu_);
   const Entry& e = catalogue_.find(name);
-  const Watch watch(e);  // a reconfiguration may retire it meanwhile
-  return cv_.wait_for(lock, timeout, [&] { return e.state() == state; });
+  bool reached;
+  {
+    const Watch watch(e);  // a reconfiguration may retire it meanwhile
+    reached = cv_.wait_for(lock, timeout, [&] { return e.state() == state; });
+  }
+  retired_let_go(e);
+  return reached;
 }
 
 Places Registry::accounted_by_place() const {

@@ -37,7 +37,7 @@ class Registry::Waiter {
       if (wait_.kept) *wait_.kept = WaitKept{};  // its waits are over
     }
     r_.cv_.notify_all();
-    if (e_.retired) r_.reaper_cv_.notify_all();  // it may be dropped now
+    r_.retired_let_go(e_);
   }
   Waiter(const Waiter&) = delete;
   Waiter& operator=(const Waiter&) = delete;

@@ -184,6 +184,11 @@ json anthropic_chat_body(const json& a, bool count_only) {
     const json& s = a["stop_sequences"];
     if (!s.is_array()) bad_field("stop_sequences", "'stop_sequences' must be an array of strings");
     if (s.size() > 4) bad_field("stop_sequences", "'stop_sequences' has " + std::to_string(s.size()) + " strings; at most 4 are taken");
+    std::vector<std::string> stops;
+    for (const json& x : s) {
+      if (x.is_string()) stops.push_back(x.get<std::string>());  // other types: the chat request's error
+    }
+    check_stops(stops, "stop_sequences");  // under the name the client sent
     o["stop"] = s;
   }
   for (const char* key : {"temperature", "top_p", "top_k", "stream"}) {

@@ -44,10 +44,7 @@ EmbeddingsRequest parse_embeddings_request(const json& j) {
     bad_field("input",
               "'input' must be a string, an array of token ids (strings may be among them), or an array of those");
   }
-  if (in.is_array() && !is_one_prompt(in) && in.size() > kMaxEmbedInputs) {
-    bad_field("input", "'input' has " + std::to_string(in.size()) + " inputs, more than the limit of " +
-                           std::to_string(kMaxEmbedInputs) + " a request");
-  }
+  if (in.is_array() && !is_one_prompt(in)) check_embed_inputs(in.size(), "input");
   r.input = in;
   if (has_field(j, "encoding_format")) {
     const std::string f = get_field<std::string>(j, "encoding_format", "\"float\" or \"base64\"");

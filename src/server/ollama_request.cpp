@@ -4,7 +4,6 @@
 // raw prompts.
 #include <algorithm>
 
-#include "engine/embed.h"
 #include "server/image_parts.h"
 #include "server/json_fields.h"
 #include "server/ollama.h"
@@ -217,10 +216,7 @@ OllamaEmbedRequest parse_ollama_embed_request(const std::string& body, bool lega
   if (!(in.is_string() || (!legacy && strings))) {
     bad_field(input_key, legacy ? "'prompt' must be a string" : "'input' must be a string or a non-empty array of strings");
   }
-  if (in.is_array() && in.size() > kMaxEmbedInputs) {
-    bad_field(input_key, "'input' has " + std::to_string(in.size()) + " inputs, more than the limit of " +
-                             std::to_string(kMaxEmbedInputs) + " a request");
-  }
+  if (in.is_array()) check_embed_inputs(in.size(), input_key);
   r.input = in;
   if (has_field(j, "truncate")) r.truncate = get_field<bool>(j, "truncate", "true or false");
   if (has_field(j, "dimensions")) {

@@ -1,6 +1,7 @@
 #include "server/openai.h"
 
 #include "engine/build_info.h"
+#include "engine/embed.h"
 #include "engine/text_stream.h"
 #include "server/chat_request.h"
 #include "server/json_fields.h"
@@ -115,6 +116,13 @@ void check_stops(const std::vector<std::string>& stops, const std::string& field
       bad_field(field, "'" + field + "' has a stop string of " + std::to_string(s.size()) + " bytes, longer than the limit of " +
                            std::to_string(kMaxStopBytes));
     }
+  }
+}
+
+void check_embed_inputs(size_t n, const std::string& field) {
+  if (n > kMaxEmbedInputs) {
+    bad_field(field, "'" + field + "' has " + std::to_string(n) + " inputs, more than the limit of " +
+                         std::to_string(kMaxEmbedInputs) + " a request");
   }
 }
 

@@ -105,6 +105,8 @@ int64_t parse_duration_ms(const nlohmann::json& v, const std::string& field);
 // A request's stop strings, `field` naming them in the error: at most
 // kMaxStops of at most kMaxStopBytes each (engine/text_stream.h).
 void check_stops(const std::vector<std::string>& stops, const std::string& field);
+// An embeddings request's `n` inputs: at most kMaxEmbedInputs (engine/embed.h).
+void check_embed_inputs(size_t n, const std::string& field);
 
 // The response object of a finished request; `reply`: a chat's, read by its
 // template (server/chat_reply.h).

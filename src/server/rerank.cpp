@@ -92,12 +92,7 @@ void Server::rerank_documents(const httplib::Request& http_req, httplib::Respons
     }
     // The query alone over the model's context is refused before it is paired
     // with a thousand documents (a pair is the query's length and more).
-    const size_t n_ctx = std::max<size_t>(1, pooled_input_limit(model));
-    if (const size_t q = tokenize(model.vocab(), req.query, false, false).size(); q > n_ctx) {
-      throw ContextOverflow("the query is " + std::to_string(q) + " tokens, longer than the model's context of " +
-                                std::to_string(n_ctx),
-                            static_cast<int32_t>(std::min<size_t>(q, INT32_MAX)), static_cast<int32_t>(n_ctx));
-    }
+    check_pooled_length(model, tokenize(model.vocab(), req.query, false, false).size(), "the query");
     // Each pair is decoded on its own: the query's tokens count once a
     // document, which a body does not bound.
     std::vector<std::vector<llama_token>> pairs;

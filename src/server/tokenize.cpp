@@ -18,9 +18,8 @@ using nlohmann::json;
 
 namespace {
 
-// Tokens of one request at most, either way: an answer is then some tens of
-// megabytes, where a 32 MiB body of one-byte tokens with their pieces would
-// have been gigabytes of JSON objects.
+// Tokens of one request at most, either way: a 32 MiB body can hold tens of
+// millions of one-byte tokens, and the answer grows with their count.
 constexpr size_t kMaxTokens = size_t{1} << 20;
 
 void check_count(size_t n, const char* field) {
@@ -55,8 +54,8 @@ void Server::tokenize_text(const httplib::Request& req, httplib::Response& res) 
     std::vector<llama_token> ids;
     if (has_field(body, "content")) ids = mixed_prompt_tokens(vocab, body["content"], "content", add_special, parse_special);
     check_count(ids.size(), "content");
-    // Written as text as it goes: a JSON object a token would take ten
-    // times the bytes of its text.
+    // Written as text as it goes: as JSON objects, each token's id and piece
+    // would be a map of their own on the heap until the answer is written.
     std::string out = "{\"tokens\":[";
     for (size_t i = 0; i < ids.size(); ++i) {
       if (i > 0) out += ',';

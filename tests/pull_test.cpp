@@ -5,7 +5,10 @@
 // pulled model deleted.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -219,6 +222,27 @@ TEST(Pull, OllamaJsPullsThroughTheServerWithItsProgressAndDeletes) {
     strict.expect_clean();
   }
   s.expect_clean();
+}
+
+// A pull in another process holds the store shared until its manifest is
+// written: a pull here then leaves the blobs no manifest names (that pull's
+// may be among them), and the next one, alone, removes them.
+TEST(Pull, BlobsNoManifestNamesGoOnlyWhenNoOtherPullIsUnderWay) {
+  FakeRegistry reg;
+  const std::string old_model = read_bytes(spm()), new_model = read_bytes(bpe());
+  reg.add_model("library/tiny:latest", {{"model", old_model}});
+  const std::string store = temp_path("pulled-shared"), name = reg.host() + "/library/tiny";
+  ASSERT_EQ(run("pull --insecure --store " + store + " " + name).status, 0);
+  const int other = ::open((store + "/.lock").c_str(), O_RDWR | O_CLOEXEC);
+  ASSERT_GE(other, 0);
+  ASSERT_EQ(::flock(other, LOCK_SH), 0);  // as another process's pull holds it
+  reg.add_model("library/tiny:latest", {{"model", new_model}});
+  ASSERT_EQ(run("pull --insecure --store " + store + " " + name).status, 0);
+  EXPECT_TRUE(std::filesystem::exists(store + "/blobs/sha256-" + sha256_hex(old_model))) << "removed under another pull";
+  ::close(other);
+  ASSERT_EQ(run("pull --insecure --store " + store + " " + name).status, 0);
+  EXPECT_FALSE(std::filesystem::exists(store + "/blobs/sha256-" + sha256_hex(old_model)));
+  EXPECT_TRUE(std::filesystem::exists(store + "/blobs/sha256-" + sha256_hex(new_model)));
 }
 
 // A registry that trickles (1 KiB every 100 ms, never silent long enough

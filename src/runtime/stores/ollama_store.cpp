@@ -121,6 +121,9 @@ std::vector<StoreModel> scan_ollama(const std::string& root, std::vector<std::st
         if (!model.is_directory()) continue;
         for (const auto& tag : fs::directory_iterator(model.path(), ec)) {
           if (!tag.is_regular_file()) continue;
+          // A manifest being written (TAG.tmp.PID, then renamed), or left by
+          // a writer that died: not a tag.
+          if (tag.path().filename().string().find(".tmp.") != std::string::npos) continue;
           found.emplace_back(ollama_name(host.path().filename().string(), ns.path().filename().string(),
                                          model.path().filename().string(), tag.path().filename().string()),
                              tag.path());

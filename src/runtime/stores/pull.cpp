@@ -98,6 +98,41 @@ class StallWatch {
   int64_t bytes_ = 0;
 };
 
+void mkdirs(const std::string& dir);
+
+// The store's lock across processes (a command's pull beside a server's): a
+// pull holds it shared from its look at the blobs it has to its manifest,
+// so that no prune or delete removes a blob it counts on meanwhile; a prune
+// or a delete holds it alone.
+class StoreLock {
+ public:
+  explicit StoreLock(const std::string& store) {
+    mkdirs(store);
+    const std::string path = store + "/.lock";
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0) throw PullError(PullError::Kind::disk, "cannot open '" + path + "': " + std::strerror(errno));
+  }
+  ~StoreLock() { ::close(fd_); }
+  StoreLock(const StoreLock&) = delete;
+  StoreLock& operator=(const StoreLock&) = delete;
+
+  void shared() { (void)take(LOCK_SH); }
+  // Alone, once every pull in another process has written its manifest.
+  void alone() { (void)take(LOCK_EX); }
+  // Alone, or false at once where a pull holds it (its blobs are left).
+  bool alone_now() { return take(LOCK_EX | LOCK_NB); }
+
+ private:
+  bool take(int how) {
+    while (::flock(fd_, how) != 0) {
+      if (errno == EWOULDBLOCK) return false;
+      if (errno != EINTR) throw PullError(PullError::Kind::disk, std::string("cannot lock the store: ") + std::strerror(errno));
+    }
+    return true;
+  }
+  int fd_ = -1;
+};
+
 void mkdirs(const std::string& dir) {
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -261,7 +296,7 @@ class Registry {
             have += static_cast<int64_t>(n);
             fetched += static_cast<int64_t>(n);
             report("pulling " + l.hex.substr(0, 12), l, have);
-            stalled = !watch.moving(n);
+            stalled = have < l.size && !watch.moving(n);  // the last bytes end it, slow or not
             return have <= l.size && !stalled;
           });
       if (std::fflush(f) != 0 && !write_failed) {
@@ -365,10 +400,18 @@ std::set<std::string> digests_of(const std::string& text) {
   return out;
 }
 
-// Removes each blob of `candidates` that no manifest in `store` names. None
-// where a manifest cannot be read: its blobs may be among them.
-void remove_unnamed_blobs(const std::string& store, std::set<std::string> candidates) {
+// Removes each whole blob of `store` that no manifest in it names: a
+// deleted model's, a tag's old model's, one a crash left between its rename
+// and its manifest. None where a manifest cannot be read: its blobs may be
+// among them. With the store's lock held alone.
+void remove_unnamed_blobs(const std::string& store) {
+  std::set<std::string> candidates;
   std::error_code ec;
+  for (fs::directory_iterator it(store + "/blobs", ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.size() == 7 + 64 && name.compare(0, 7, "sha256-") == 0) candidates.insert(name.substr(7));
+  }
+  if (candidates.empty()) return;
   for (fs::recursive_directory_iterator it(store + "/manifests", ec), end; !ec && it != end; it.increment(ec)) {
     if (!it->is_regular_file()) continue;
     try {
@@ -439,6 +482,8 @@ PullResult pull_model(const std::string& name, const PullOptions& options) {
   const std::vector<Layer> layers = registry.manifest(text);
   const std::string blobs = options.store + "/blobs";
   mkdirs(blobs);
+  StoreLock store_lock(options.store);
+  store_lock.shared();
   PullResult out;
   int64_t needed = 0;
   std::set<std::string> seen;
@@ -462,17 +507,12 @@ PullResult pull_model(const std::string& name, const PullOptions& options) {
   }
   if (options.progress) options.progress({"writing manifest", "", 0, 0});
   out.manifest = options.store + "/manifests/" + n.manifest_path();
-  // The tag's blobs before this pull: those the new manifest no longer
-  // names, nor any other, go with it (a tag pulled again each week would
-  // keep every week's model otherwise).
-  std::set<std::string> before;
-  try {
-    before = digests_of(stores::read_small_file(out.manifest, kMaxManifest));
-  } catch (const std::exception&) {
-  }
   write_atomically(out.manifest, text);
-  for (const std::string& d : digests_of(text)) before.erase(d);
-  if (!before.empty()) remove_unnamed_blobs(options.store, std::move(before));
+  // The blobs no manifest names now go: a tag pulled again each week would
+  // keep every week's model otherwise. Where another process's pull is under
+  // way, its manifest may not name its blobs yet: they stay, for the next
+  // pull or delete.
+  if (store_lock.alone_now()) remove_unnamed_blobs(options.store);
   if (options.progress) options.progress({"success", "", 0, 0});
   return out;
 }
@@ -480,15 +520,12 @@ PullResult pull_model(const std::string& name, const PullOptions& options) {
 bool delete_pulled(const std::string& store, const std::string& name, bool hf_short_names) {
   const PullName n = parse_pull_name(name, hf_short_names);
   const std::string manifest = store + "/manifests/" + n.manifest_path();
-  std::string text;
-  try {
-    text = stores::read_small_file(manifest, kMaxManifest);
-  } catch (const std::exception&) {
-    return false;
-  }
-  if (std::remove(manifest.c_str()) != 0) throw Error("cannot remove '" + manifest + "': " + std::strerror(errno));
-  remove_unnamed_blobs(store, digests_of(text));
   std::error_code ec;
+  if (!fs::is_regular_file(manifest, ec)) return false;
+  StoreLock store_lock(store);
+  store_lock.alone();
+  if (std::remove(manifest.c_str()) != 0) throw Error("cannot remove '" + manifest + "': " + std::strerror(errno));
+  remove_unnamed_blobs(store);
   // The folders the manifest was alone in.
   for (fs::path dir = fs::path(manifest).parent_path(); dir != fs::path(store + "/manifests"); dir = dir.parent_path()) {
     if (!fs::is_empty(dir, ec) || ec) break;

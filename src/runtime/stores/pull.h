@@ -70,10 +70,13 @@ struct PullResult {
   int64_t fetched = 0;   // of them, what came over the network this time
 };
 
+// Ends by removing the store's blobs no manifest names (a tag's old model's
+// among them), unless a pull in another process is under way.
 PullResult pull_model(const std::string& name, const PullOptions& options);
 
-// Removes a pulled model's manifest, and each of its blobs no other manifest
-// names. False when the store has no such model.
+// Removes a pulled model's manifest, and every blob of the store no other
+// manifest names (once pulls in other processes have written theirs).
+// False when the store has no such model.
 bool delete_pulled(const std::string& store, const std::string& name, bool hf_short_names = true);
 
 // $RECLAIM_MODELS, else $XDG_DATA_HOME/reclaim/models, else

@@ -12,6 +12,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -240,9 +241,18 @@ TEST(Pull, BlobsNoManifestNamesGoOnlyWhenNoOtherPullIsUnderWay) {
   ASSERT_EQ(run("pull --insecure --store " + store + " " + name).status, 0);
   EXPECT_TRUE(std::filesystem::exists(store + "/blobs/sha256-" + sha256_hex(old_model))) << "removed under another pull";
   ::close(other);
+  // And a partial blob left a week ago (a pull given up on) goes with them;
+  // one of today stays, for a pull to go on from.
+  namespace fs = std::filesystem;
+  const std::string stale = store + "/blobs/sha256-" + std::string(64, 'a') + "-partial";
+  const std::string fresh = store + "/blobs/sha256-" + std::string(64, 'b') + "-partial";
+  for (const std::string& p : {stale, fresh}) std::ofstream(p) << "part";
+  fs::last_write_time(stale, fs::file_time_type::clock::now() - std::chrono::hours(24 * 8));
   ASSERT_EQ(run("pull --insecure --store " + store + " " + name).status, 0);
-  EXPECT_FALSE(std::filesystem::exists(store + "/blobs/sha256-" + sha256_hex(old_model)));
-  EXPECT_TRUE(std::filesystem::exists(store + "/blobs/sha256-" + sha256_hex(new_model)));
+  EXPECT_FALSE(fs::exists(store + "/blobs/sha256-" + sha256_hex(old_model)));
+  EXPECT_TRUE(fs::exists(store + "/blobs/sha256-" + sha256_hex(new_model)));
+  EXPECT_FALSE(fs::exists(stale));
+  EXPECT_TRUE(fs::exists(fresh));
 }
 
 // A registry that trickles (1 KiB every 100 ms, never silent long enough

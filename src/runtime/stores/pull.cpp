@@ -38,6 +38,9 @@ constexpr const char* kManifestType = "application/vnd.docker.distribution.manif
 // Room kept free beyond the model's bytes: a disk filled to the last block
 // fails whatever writes next.
 constexpr int64_t kDiskMargin = 64ll << 20;
+// How long a partial blob waits for a pull to go on from it: a week, then
+// the next pull or delete in the store removes it.
+constexpr auto kKeepPartial = std::chrono::hours(24 * 7);
 
 bool name_part_ok(const std::string& p, bool host) {
   if (p.empty() || p.size() > 128 || p == "." || p == "..") return false;
@@ -403,13 +406,20 @@ std::set<std::string> digests_of(const std::string& text) {
 // Removes each whole blob of `store` that no manifest in it names: a
 // deleted model's, a tag's old model's, one a crash left between its rename
 // and its manifest. None where a manifest cannot be read: its blobs may be
-// among them. With the store's lock held alone.
+// among them. And each partial blob left for kKeepPartial: a pull given up
+// on. With the store's lock held alone, so that no pull is writing one.
 void remove_unnamed_blobs(const std::string& store) {
   std::set<std::string> candidates;
   std::error_code ec;
+  const auto now = fs::file_time_type::clock::now();
   for (fs::directory_iterator it(store + "/blobs", ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
     if (name.size() == 7 + 64 && name.compare(0, 7, "sha256-") == 0) candidates.insert(name.substr(7));
+    std::error_code age;
+    if (name.size() == 7 + 64 + 8 && name.compare(0, 7, "sha256-") == 0 && name.compare(71, 8, "-partial") == 0 &&
+        now - fs::last_write_time(it->path(), age) > kKeepPartial && !age) {
+      fs::remove(it->path(), age);
+    }
   }
   if (candidates.empty()) return;
   for (fs::recursive_directory_iterator it(store + "/manifests", ec), end; !ec && it != end; it.increment(ec)) {

@@ -211,8 +211,8 @@ TEST(ServeOllama, EmbedEqualsTheOpenAiSidesVectors) {
   const json legacy = s.post_json("/api/embeddings", {{"model", "bpe"}, {"prompt", "a cat"}});
   EXPECT_EQ(legacy["embedding"], openai["data"][0]["embedding"]);
 
-  // Longer than the model's context (the test model's is 4096): cut to it
-  // by default, refused with truncate false.
+  // Longer than the model's context (a sequence of its batch, 256 here):
+  // cut to it by default, refused with truncate false.
   std::string longer;
   for (int i = 0; i < 5000; ++i) longer += "river ";
   const json cut = s.post_json("/api/embed", {{"model", "bpe"}, {"input", longer}});

@@ -95,9 +95,9 @@ EmbedResult Server::embed_input(RequestRun& run, const std::string& model_name, 
     bad_field("input", "model '" + model_name + "' has no tokenizer: give 'input' as token ids", "model_has_no_tokenizer");
   }
   std::vector<std::vector<llama_token>> inputs = input_tokens(input, model.vocab());
-  if (truncate) {
-    // Ollama's default: an input longer than the model's context is cut to it.
-    const auto limit = static_cast<size_t>(std::max(1, model.info().n_ctx_train));
+  if (const size_t limit = pooled_input_limit(model); truncate && limit > 0) {
+    // Ollama's default: an input longer than the model's context (its
+    // num_ctx, here a sequence of its batch) is cut to it.
     for (std::vector<llama_token>& t : inputs) {
       if (t.size() > limit) t.resize(limit);
     }

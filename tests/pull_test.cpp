@@ -37,6 +37,9 @@ std::vector<std::string> files_under(const std::string& root) {
   return out;
 }
 
+// Where a pulled store keeps the blob of these bytes.
+std::string blob_in(const std::string& store, const std::string& bytes) { return store + "/blobs/sha256-" + sha256_hex(bytes); }
+
 bool any_partial(const std::string& root) {
   for (const std::string& f : files_under(root)) {
     if (f.find("-partial") != std::string::npos) return true;
@@ -55,7 +58,7 @@ TEST(Pull, AModelPulledIsServedUnderItsNameAndDeletedWithItsBlobs) {
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("pulled '" + reg.host() + "/library/tiny'"), std::string::npos) << r.out;
   EXPECT_TRUE(std::filesystem::exists(store + "/manifests/" + reg.host() + "/library/tiny/latest"));
-  EXPECT_EQ(read_bytes(store + "/blobs/sha256-" + sha256_hex(model)), model);
+  EXPECT_EQ(read_bytes(blob_in(store, model)), model);
   EXPECT_FALSE(any_partial(store));
   // Not a terminal: plain lines, the last at 100%.
   EXPECT_NE(r.out.find("100%"), std::string::npos) << r.out;
@@ -105,7 +108,7 @@ TEST(Pull, ADroppedTransferIsContinuedWhereItStoppedAndBadBytesAreRefused) {
   reg.set_mode(FakeRegistry::Mode::normal);
   const Result resumed = run("pull --insecure --store " + store + " " + name);
   ASSERT_EQ(resumed.status, 0) << resumed.out;
-  EXPECT_EQ(read_bytes(store + "/blobs/sha256-" + sha256_hex(model)), model);
+  EXPECT_EQ(read_bytes(blob_in(store, model)), model);
   ASSERT_FALSE(reg.ranges().empty());
   EXPECT_EQ(reg.ranges().back(), "bytes=" + std::to_string(kept) + "-");
   EXPECT_FALSE(any_partial(store));
@@ -161,7 +164,7 @@ TEST(Pull, BlobsRedirectedToAnotherHostAndHttpsCheckedAgainstTheAuthorities) {
   const std::string store = temp_path("pulled-redirect");
   const Result r = run("pull --insecure --store " + store + " " + reg.host() + "/org/repo:Q8_0");
   ASSERT_EQ(r.status, 0) << r.out;
-  EXPECT_EQ(read_bytes(store + "/blobs/sha256-" + sha256_hex(model)), model);
+  EXPECT_EQ(read_bytes(blob_in(store, model)), model);
 
   // HTTPS: a certificate no authority signed is refused; trusted (as the
   // system's authorities are, through SSL_CERT_FILE), it is taken.
@@ -177,7 +180,7 @@ TEST(Pull, BlobsRedirectedToAnotherHostAndHttpsCheckedAgainstTheAuthorities) {
   EXPECT_NE(untrusted.out.find("certificate"), std::string::npos) << untrusted.out;
   const Result ok = run_with_env("SSL_CERT_FILE=" + cert, "pull --store " + tls_store + " " + name);
   ASSERT_EQ(ok.status, 0) << ok.out;
-  EXPECT_EQ(read_bytes(tls_store + "/blobs/sha256-" + sha256_hex(model)), model);
+  EXPECT_EQ(read_bytes(blob_in(tls_store, model)), model);
 }
 
 // Ollama's POST /api/pull as ollama-js's pull() reads it (its progress, a
@@ -239,7 +242,7 @@ TEST(Pull, BlobsNoManifestNamesGoOnlyWhenNoOtherPullIsUnderWay) {
   ASSERT_EQ(::flock(other, LOCK_SH), 0);  // as another process's pull holds it
   reg.add_model("library/tiny:latest", {{"model", new_model}});
   ASSERT_EQ(run("pull --insecure --store " + store + " " + name).status, 0);
-  EXPECT_TRUE(std::filesystem::exists(store + "/blobs/sha256-" + sha256_hex(old_model))) << "removed under another pull";
+  EXPECT_TRUE(std::filesystem::exists(blob_in(store, old_model))) << "removed under another pull";
   ::close(other);
   // And a partial blob left a week ago (a pull given up on) goes with them;
   // one of today stays, for a pull to go on from.
@@ -249,8 +252,8 @@ TEST(Pull, BlobsNoManifestNamesGoOnlyWhenNoOtherPullIsUnderWay) {
   for (const std::string& p : {stale, fresh}) std::ofstream(p) << "part";
   fs::last_write_time(stale, fs::file_time_type::clock::now() - std::chrono::hours(24 * 8));
   ASSERT_EQ(run("pull --insecure --store " + store + " " + name).status, 0);
-  EXPECT_FALSE(fs::exists(store + "/blobs/sha256-" + sha256_hex(old_model)));
-  EXPECT_TRUE(fs::exists(store + "/blobs/sha256-" + sha256_hex(new_model)));
+  EXPECT_FALSE(fs::exists(blob_in(store, old_model)));
+  EXPECT_TRUE(fs::exists(blob_in(store, new_model)));
   EXPECT_FALSE(fs::exists(stale));
   EXPECT_TRUE(fs::exists(fresh));
 }
@@ -273,7 +276,7 @@ TEST(Pull, ATricklingRegistryIsDroppedAsStalledAndABlobShorterThanDeclaredIsNotK
   reg.set_mode(FakeRegistry::Mode::normal);
   const Result resumed = run("pull --insecure --store " + store + " " + name);
   ASSERT_EQ(resumed.status, 0) << resumed.out;
-  EXPECT_EQ(read_bytes(store + "/blobs/sha256-" + sha256_hex(model)), model);
+  EXPECT_EQ(read_bytes(blob_in(store, model)), model);
   EXPECT_FALSE(any_partial(store));
 
   // Declared 10 bytes longer than it is.
@@ -307,13 +310,13 @@ TEST(Pull, ATagPulledAgainLeavesNoBlobOfItsOldModel) {
   ASSERT_EQ(run("pull --insecure --store " + store + " " + reg.host() + "/library/keep").status, 0);
   reg.add_model("library/tiny:latest", {{"model", new_model}});
   ASSERT_EQ(run("pull --insecure --store " + store + " " + name).status, 0);
-  EXPECT_TRUE(std::filesystem::exists(store + "/blobs/sha256-" + sha256_hex(old_model))) << "named by library/keep";
-  EXPECT_TRUE(std::filesystem::exists(store + "/blobs/sha256-" + sha256_hex(new_model)));
+  EXPECT_TRUE(std::filesystem::exists(blob_in(store, old_model))) << "named by library/keep";
+  EXPECT_TRUE(std::filesystem::exists(blob_in(store, new_model)));
   ASSERT_EQ(run("pull --delete --store " + store + " " + reg.host() + "/library/keep").status, 0);
   reg.add_model("library/tiny:latest", {{"model", old_model}});
   ASSERT_EQ(run("pull --insecure --store " + store + " " + name).status, 0);
-  EXPECT_FALSE(std::filesystem::exists(store + "/blobs/sha256-" + sha256_hex(new_model))) << "the replaced model's blob stays";
-  EXPECT_TRUE(std::filesystem::exists(store + "/blobs/sha256-" + sha256_hex(old_model)));
+  EXPECT_FALSE(std::filesystem::exists(blob_in(store, new_model))) << "the replaced model's blob stays";
+  EXPECT_TRUE(std::filesystem::exists(blob_in(store, old_model)));
 }
 
 // Ctrl-C in the middle of a blob: exit 130, the partial file kept for the
@@ -327,7 +330,7 @@ TEST(Pull, CtrlCKeepsAResumablePartAndAModelTooLargeForTheDiskIsRefusedFirst) {
   const std::string store = temp_path("pulled-interrupted");
   // The config blob whole first, then the model's, slowly.
   ASSERT_EQ(run("pull --insecure --store " + store + " " + reg.host() + "/library/tiny").status, 0);
-  const std::string blob = store + "/blobs/sha256-" + sha256_hex(model);
+  const std::string blob = blob_in(store, model);
   std::filesystem::remove(blob);
   std::filesystem::remove_all(store + "/manifests");
   reg.set_mode(FakeRegistry::Mode::slow);

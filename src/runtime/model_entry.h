@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <deque>
 #include <memory>
 #include <optional>
@@ -72,16 +73,20 @@ struct ModelEntry {
 };
 
 // A thread among an entry's watchers for a block, under the registry's lock
-// at both ends.
+// at both ends. The last watcher of a retired entry wakes `reaper`, which
+// may drop it then.
 class Watch {
  public:
-  explicit Watch(const ModelEntry& e) : e_(e) { ++e_.watchers; }
-  ~Watch() { --e_.watchers; }
+  Watch(const ModelEntry& e, std::condition_variable& reaper) : e_(e), reaper_(reaper) { ++e_.watchers; }
+  ~Watch() {
+    if (--e_.watchers == 0 && e_.retired) reaper_.notify_all();
+  }
   Watch(const Watch&) = delete;
   Watch& operator=(const Watch&) = delete;
 
  private:
   const ModelEntry& e_;
+  std::condition_variable& reaper_;
 };
 
 }  // namespace reclaim

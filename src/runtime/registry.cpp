@@ -260,9 +260,7 @@ void Registry::vet_in_background() {
 void Registry::unload(const std::string& name, UnloadMode mode, Millis timeout) {
   check_name(name);
   std::unique_lock lock(mu_);
-  Entry& e = catalogue_.find(name);
-  unload_locked(lock, e, mode, timeout);
-  retired_let_go(e);
+  unload_locked(lock, catalogue_.find(name), mode, timeout);
 }
 
 void Registry::unload_all(UnloadMode mode, Millis timeout) {
@@ -271,7 +269,7 @@ void Registry::unload_all(UnloadMode mode, Millis timeout) {
 }
 
 void Registry::unload_locked(std::unique_lock<std::mutex>& lock, Entry& e, UnloadMode mode, Millis timeout) {
-  const Watch watch(e);  // it waits on e: a reconfiguration may retire it meanwhile
+  const Watch watch(e, reaper_cv_);  // it waits on e: a reconfiguration may retire it meanwhile
   cv_.wait(lock, [&] { return e.life != Life::loading; });
   if (!holds_room(e.life)) return;
   if (leaving(e.life)) {

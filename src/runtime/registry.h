@@ -238,7 +238,7 @@ class Registry {
   Scope scope_;
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;  // any state or lease change
-  mutable std::condition_variable reaper_cv_;  // const: a status wait may wake it (retired_let_go)
+  mutable std::condition_variable reaper_cv_;  // const: a status wait's Watch may wake it
   uint64_t devices_idle_events_ = 0;  // each time the last loaded model goes
   Catalogue catalogue_;  // after options_, which it reads
   Line line_;

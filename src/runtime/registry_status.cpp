@@ -115,13 +115,8 @@ ModelStatus Registry::status(const std::string& name) const {
 bool Registry::wait_for_state(const std::string& name, ModelState state, Millis timeout) const {
   std::unique_lock lock(mu_);
   const Entry& e = catalogue_.find(name);
-  bool reached;
-  {
-    const Watch watch(e);  // a reconfiguration may retire it meanwhile
-    reached = cv_.wait_for(lock, timeout, [&] { return e.state() == state; });
-  }
-  retired_let_go(e);
-  return reached;
+  const Watch watch(e, reaper_cv_);  // a reconfiguration may retire it meanwhile
+  return cv_.wait_for(lock, timeout, [&] { return e.state() == state; });
 }
 
 Places Registry::accounted_by_place() const {

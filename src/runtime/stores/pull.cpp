@@ -101,7 +101,11 @@ class StallWatch {
   int64_t bytes_ = 0;
 };
 
-void mkdirs(const std::string& dir);
+void mkdirs(const std::string& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw PullError(PullError::Kind::disk, "cannot create '" + dir + "': " + ec.message());
+}
 
 // The store's lock across processes (a command's pull beside a server's): a
 // pull holds it shared from its look at the blobs it has to its manifest,
@@ -135,12 +139,6 @@ class StoreLock {
   }
   int fd_ = -1;
 };
-
-void mkdirs(const std::string& dir) {
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) throw PullError(PullError::Kind::disk, "cannot create '" + dir + "': " + ec.message());
-}
 
 int64_t file_size(const std::string& path) {
   struct stat st {};
@@ -413,12 +411,14 @@ void remove_unnamed_blobs(const std::string& store) {
   std::error_code ec;
   const auto now = fs::file_time_type::clock::now();
   for (fs::directory_iterator it(store + "/blobs", ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    if (name.size() == 7 + 64 && name.compare(0, 7, "sha256-") == 0) candidates.insert(name.substr(7));
-    std::error_code age;
-    if (name.size() == 7 + 64 + 8 && name.compare(0, 7, "sha256-") == 0 && name.compare(71, 8, "-partial") == 0 &&
-        now - fs::last_write_time(it->path(), age) > kKeepPartial && !age) {
-      fs::remove(it->path(), age);
+    const std::string name = it->path().filename().string();  // sha256-HEX, or sha256-HEX-partial
+    if (name.rfind("sha256-", 0) != 0) continue;
+    const std::string rest = name.substr(7);
+    if (rest.size() == 64) {
+      candidates.insert(rest);
+    } else if (rest.size() == 64 + 8 && rest.compare(64, 8, "-partial") == 0) {
+      std::error_code age;
+      if (now - fs::last_write_time(it->path(), age) > kKeepPartial && !age) fs::remove(it->path(), age);
     }
   }
   if (candidates.empty()) return;

@@ -298,6 +298,9 @@ TEST(HostileText, SigtermEndsTheServerWithinItsShutdownTimeoutWhateverItRenders)
   Served s({"-m", model_with_template("slow", kSlowTemplate), "--preload", "slow", "--shutdown-timeout", "1s"});
   const json body = {{"model", "slow"}, {"messages", json::array({user("hi")})}, {"max_tokens", 2}};
   std::unique_ptr<RawClient> c = post_in_flight(s, "/v1/chat/completions", body);
+  // Holding its model, so rendering: a request that has not taken its
+  // model yet when the shutdown begins is refused, not cancelled.
+  ASSERT_TRUE(s.until([&] { return s.model("slow")["in_flight"] == 1; }));
   const auto t0 = std::chrono::steady_clock::now();
   const Result r = s.stop();
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

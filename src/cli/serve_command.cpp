@@ -178,6 +178,7 @@ void serve_until_stopped(RegistryOptions opts, ModelSources& sources, server::Se
                static_cast<long long>(shutdown_timeout.count()));
   // Requests end as their models unload (drained up to the timeout, then
   // cancelled); the HTTP side returns once their handlers have.
+  registry.stop_admitting();
   std::thread stopper([&] { http.stop(); });
   registry.unload_all(UnloadMode::drain, shutdown_timeout);
   stopper.join();

@@ -36,6 +36,14 @@ Registry::~Registry() {
   scope_.close();
 }
 
+void Registry::stop_admitting() {
+  {
+    std::lock_guard lock(mu_);
+    closing_ = true;
+  }
+  cv_.notify_all();
+}
+
 void Registry::wake_reaper() noexcept {
   {
     std::lock_guard lock(mu_);

@@ -165,6 +165,11 @@ class Registry {
   // Bytes the budget counts now: estimates of the models loaded or loading.
   int64_t accounted() const;
   Places accounted_by_place() const;
+  // A shutdown begins: no request or load is admitted from now (NoRoom),
+  // and those waiting leave their lines; what holds a lease runs on. Were a
+  // request admitted after the shutdown's unloads, it would load its model
+  // again and run past the shutdown's timeout.
+  void stop_admitting();
   // Counts a request's wait that gave up (Wait::give_up) and did not wait
   // again (its client left, its stream never started): since `began`.
   void count_wait(std::chrono::steady_clock::time_point began);
@@ -249,6 +254,7 @@ class Registry {
   Histogram loads_{{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300}};
   Histogram unloads_{{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}};
   bool stopping_ = false;
+  bool closing_ = false;  // stop_admitting(): nothing more is admitted, what holds a lease runs on
   ScopedThread reaper_;
 };
 

@@ -162,7 +162,7 @@ class Registry::Waiter {
 bool Registry::admit_locked(std::unique_lock<std::mutex>& lock, Entry& e, const Wait& wait, Admission admission) {
   Waiter w(*this, e, wait);
   for (;;) {
-    if (stopping_) throw NoRoom("the server is shutting down");
+    if (stopping_ || closing_) throw NoRoom("the server is shutting down");
     w.forget_gone_turn();
     // A model that waits to load again with new settings (a reconfiguration)
     // takes nothing more on its old load: its running requests finish, the
